@@ -1,0 +1,245 @@
+//! Key management, shared by the admin HTTP API and the CLI: JSON in, JSON out, with the
+//! field names of the admin API. Money crosses this boundary as decimal USD and is
+//! stored as integer micro-USD.
+
+use crate::auth::keys;
+use crate::config::parse_net;
+use crate::errors::GatewayError;
+use crate::ids;
+use crate::store::{KeyPatch, KeyRecord, KeyStatus, Micros, Store};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Deserializer};
+use serde_json::{json, Value};
+
+/// Create and update input. On update, an absent field is left alone and `null` clears
+/// an optional one (`quota_usd: null` = unlimited).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyInput {
+    pub name: Option<String>,
+    pub status: Option<String>,
+    pub models: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub quota_usd: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub expires_at: Option<Option<String>>,
+    pub allow_ips: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub rpm: Option<Option<u32>>,
+}
+
+/// Distinguishes `"f": null` (Some(None)) from an absent field (None, via `default`).
+fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+fn bad(param: &str, msg: impl Into<String>) -> GatewayError {
+    GatewayError::bad_request(Some(param), msg)
+}
+
+impl KeyInput {
+    pub fn from_json(body: &[u8]) -> Result<KeyInput, GatewayError> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(KeyInput::default());
+        }
+        serde_json::from_slice(body).map_err(|e| {
+            let msg = e.to_string();
+            // serde names the offending field in its message; surface it as `param`.
+            let param = msg
+                .split('`')
+                .nth(1)
+                .map(str::to_string);
+            GatewayError::BadRequest { param, message: format!("Invalid key JSON: {msg}") }
+        })
+    }
+
+    /// Validates every field into a patch.
+    pub fn to_patch(&self) -> Result<KeyPatch, GatewayError> {
+        let mut p = KeyPatch::default();
+        if let Some(n) = &self.name {
+            if n.len() > 200 {
+                return Err(bad("name", "`name` must be at most 200 characters"));
+            }
+            p.name = Some(n.clone());
+        }
+        if let Some(s) = &self.status {
+            p.status = Some(
+                KeyStatus::parse(s).ok_or_else(|| bad("status", "`status` must be `enabled` or `disabled`"))?,
+            );
+        }
+        if let Some(models) = &self.models {
+            for (i, m) in models.iter().enumerate() {
+                if m.trim().is_empty() {
+                    return Err(bad(&format!("models[{i}]"), "model names must not be empty"));
+                }
+            }
+            p.models = Some(models.clone());
+        }
+        if let Some(q) = self.quota_usd {
+            p.quota_limit = Some(match q {
+                None => None,
+                Some(usd) => Some(usd_to_micros(usd).ok_or_else(|| {
+                    bad("quota_usd", "`quota_usd` must be a non-negative number of USD")
+                })?),
+            });
+        }
+        if let Some(e) = &self.expires_at {
+            p.expires_at = Some(match e {
+                None => None,
+                Some(s) => Some(
+                    DateTime::parse_from_rfc3339(s)
+                        .map_err(|_| bad("expires_at", "`expires_at` must be an RFC 3339 time"))?
+                        .timestamp(),
+                ),
+            });
+        }
+        if let Some(ips) = &self.allow_ips {
+            let mut norm = Vec::with_capacity(ips.len());
+            for (i, s) in ips.iter().enumerate() {
+                let net = parse_net(s).ok_or_else(|| {
+                    bad(&format!("allow_ips[{i}]"), format!("`{s}` is not an IP address or CIDR"))
+                })?;
+                norm.push(net.to_string());
+            }
+            p.allow_ips = Some(norm);
+        }
+        if let Some(r) = self.rpm {
+            if r == Some(0) {
+                return Err(bad("rpm", "`rpm` must be at least 1, or null for no limit"));
+            }
+            p.rpm = Some(r);
+        }
+        Ok(p)
+    }
+}
+
+pub fn usd_to_micros(usd: f64) -> Option<Micros> {
+    (0.0..9e12).contains(&usd).then(|| (usd * 1_000_000.0).round() as Micros)
+}
+
+pub fn micros_to_usd(m: Micros) -> f64 {
+    m as f64 / 1_000_000.0
+}
+
+pub fn rfc3339(secs: i64) -> String {
+    DateTime::<Utc>::from_timestamp(secs, 0)
+        .unwrap_or_default()
+        .to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// The public view of a key: never the secret or its hash.
+pub fn view(r: &KeyRecord) -> Value {
+    json!({
+        "id": r.id,
+        "object": "api_key",
+        "name": r.name,
+        "key_display": r.display,
+        "status": r.status.as_str(),
+        "models": r.models,
+        "quota_usd": r.quota_limit.map(micros_to_usd),
+        "used_usd": micros_to_usd(r.quota_used),
+        "expires_at": r.expires_at.map(rfc3339),
+        "allow_ips": r.allow_ips,
+        "rpm": r.rpm,
+        "created_at": rfc3339(r.created_at),
+    })
+}
+
+pub fn store_err(e: crate::store::StoreError) -> GatewayError {
+    super::store_error(&e)
+}
+
+/// Creates a key; the secret is in the returned view's `key`, and nowhere else, ever.
+pub async fn create(store: &dyn Store, input: &KeyInput) -> Result<(KeyRecord, Value), GatewayError> {
+    let patch = input.to_patch()?;
+    let secret = keys::generate().map_err(|_| GatewayError::Internal)?;
+    let hash = keys::hash(&secret);
+    let mut rec = KeyRecord {
+        id: keys::id_from_hash(&hash),
+        hash,
+        display: keys::display(&secret),
+        name: String::new(),
+        status: KeyStatus::Enabled,
+        created_at: ids::now_secs(),
+        expires_at: None,
+        models: Vec::new(),
+        allow_ips: Vec::new(),
+        rpm: None,
+        quota_limit: None,
+        quota_used: 0,
+    };
+    patch.apply(&mut rec);
+    store.create_key(&rec).await.map_err(store_err)?;
+    let mut v = view(&rec);
+    v["key"] = Value::String(secret);
+    Ok((rec, v))
+}
+
+pub async fn list(store: &dyn Store) -> Result<Value, GatewayError> {
+    let keys = store.list_keys().await.map_err(store_err)?;
+    Ok(json!({"object": "list", "data": keys.iter().map(view).collect::<Vec<_>>()}))
+}
+
+pub async fn show(store: &dyn Store, id: &str) -> Result<KeyRecord, GatewayError> {
+    store
+        .get_key(id)
+        .await
+        .map_err(store_err)?
+        .ok_or(GatewayError::KeyNotFound)
+}
+
+pub async fn update(store: &dyn Store, id: &str, input: &KeyInput) -> Result<KeyRecord, GatewayError> {
+    let patch = input.to_patch()?;
+    store
+        .update_key(id, &patch)
+        .await
+        .map_err(store_err)?
+        .ok_or(GatewayError::KeyNotFound)
+}
+
+pub async fn revoke(store: &dyn Store, id: &str) -> Result<(), GatewayError> {
+    if store.delete_key(id).await.map_err(store_err)? {
+        Ok(())
+    } else {
+        Err(GatewayError::KeyNotFound)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn null_versus_absent() {
+        let i = KeyInput::from_json(br#"{"quota_usd": null, "rpm": 5}"#).unwrap();
+        let p = i.to_patch().unwrap();
+        assert_eq!(p.quota_limit, Some(None));
+        assert_eq!(p.rpm, Some(Some(5)));
+        assert_eq!(p.expires_at, None);
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let e = KeyInput::from_json(br#"{"allow_ips": ["10.0.0.0/8", "nope"]}"#)
+            .unwrap()
+            .to_patch()
+            .unwrap_err();
+        assert_eq!(e.param(), Some("allow_ips[1]"));
+        let e = KeyInput::from_json(br#"{"quota_usd": -1}"#).unwrap().to_patch().unwrap_err();
+        assert_eq!(e.param(), Some("quota_usd"));
+        let e = KeyInput::from_json(br#"{"expires_at": "tomorrow"}"#).unwrap().to_patch().unwrap_err();
+        assert_eq!(e.param(), Some("expires_at"));
+        assert!(KeyInput::from_json(br#"{"quota": 1}"#).is_err());
+    }
+
+    #[test]
+    fn money_round_trip() {
+        assert_eq!(usd_to_micros(12.345678), Some(12_345_678));
+        assert_eq!(micros_to_usd(1_500_000), 1.5);
+        assert_eq!(usd_to_micros(-0.5), None);
+    }
+}

@@ -1,0 +1,287 @@
+//! Upstream channels: where a model is served, in which order channels are tried, how the
+//! model name is mapped, and how to reach the upstream.
+
+mod resolve;
+
+use crate::config::raw::RawChannel;
+use crate::config::{config_err, ConfigError};
+use crate::ids;
+use crate::protocol::Protocol;
+use pingora::upstreams::peer::HttpPeer;
+use resolve::Resolver;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The protocol a channel's upstream speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChannelProtocol {
+    OpenAi,
+    Anthropic,
+    Gemini,
+}
+
+impl ChannelProtocol {
+    pub const ALL: &'static [ChannelProtocol] = &[
+        ChannelProtocol::OpenAi,
+        ChannelProtocol::Anthropic,
+        ChannelProtocol::Gemini,
+    ];
+
+    pub fn parse(s: &str) -> Option<ChannelProtocol> {
+        match s {
+            "openai" => Some(ChannelProtocol::OpenAi),
+            "anthropic" => Some(ChannelProtocol::Anthropic),
+            "gemini" => Some(ChannelProtocol::Gemini),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChannelProtocol::OpenAi => "openai",
+            ChannelProtocol::Anthropic => "anthropic",
+            ChannelProtocol::Gemini => "gemini",
+        }
+    }
+
+    /// The wire protocol used for chat-style requests to this upstream.
+    pub fn wire(self) -> Protocol {
+        match self {
+            ChannelProtocol::OpenAi => Protocol::Chat,
+            ChannelProtocol::Anthropic => Protocol::Messages,
+            ChannelProtocol::Gemini => Protocol::Gemini,
+        }
+    }
+}
+
+/// One configured upstream.
+#[derive(Debug)]
+pub struct Channel {
+    pub name: String,
+    pub protocol: ChannelProtocol,
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+    /// Path before the protocol's own path, without a trailing slash (`""` or `/proxy`).
+    pub path_prefix: String,
+    /// Injected toward the upstream; never logged, never shown.
+    pub api_key: String,
+    pub models: Vec<String>,
+    pub model_map: BTreeMap<String, String>,
+    pub priority: i32,
+    pub weight: u32,
+    pub connect_timeout: Duration,
+    pub read_timeout: Duration,
+    resolver: Resolver,
+}
+
+impl Channel {
+    pub fn from_raw(c: RawChannel, path: &str) -> Result<Channel, ConfigError> {
+        if c.name.trim().is_empty() {
+            return Err(config_err(format!("{path}.name"), "must not be empty"));
+        }
+        let protocol = ChannelProtocol::parse(&c.protocol).ok_or_else(|| {
+            let all: Vec<_> = ChannelProtocol::ALL.iter().map(|p| p.as_str()).collect();
+            config_err(
+                format!("{path}.protocol"),
+                format!("unknown protocol `{}`; expected one of {}", c.protocol, all.join(", ")),
+            )
+        })?;
+        let url = url::Url::parse(&c.base_url)
+            .map_err(|e| config_err(format!("{path}.base_url"), format!("not a URL: {e}")))?;
+        let tls = match url.scheme() {
+            "https" => true,
+            "http" => false,
+            s => {
+                return Err(config_err(
+                    format!("{path}.base_url"),
+                    format!("scheme `{s}` is not http or https"),
+                ))
+            }
+        };
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(config_err(format!("{path}.base_url"), "must not have a query or fragment"));
+        }
+        let host = url
+            .host_str()
+            .ok_or_else(|| config_err(format!("{path}.base_url"), "has no host"))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = url.port_or_known_default().unwrap_or(if tls { 443 } else { 80 });
+        let path_prefix = url.path().trim_end_matches('/').to_string();
+        if c.models.is_empty() {
+            return Err(config_err(format!("{path}.models"), "must list at least one model"));
+        }
+        for (i, m) in c.models.iter().enumerate() {
+            if m.trim().is_empty() {
+                return Err(config_err(format!("{path}.models[{i}]"), "must not be empty"));
+            }
+        }
+        for from in c.model_map.keys() {
+            if !c.models.contains(from) {
+                return Err(config_err(
+                    format!("{path}.model_map.{from}"),
+                    "maps a model this channel does not list in `models`",
+                ));
+            }
+        }
+        if c.weight == 0 {
+            return Err(config_err(format!("{path}.weight"), "must be at least 1"));
+        }
+        Ok(Channel {
+            resolver: Resolver::new(host.clone(), port),
+            name: c.name,
+            protocol,
+            tls,
+            host,
+            port,
+            path_prefix,
+            api_key: c.api_key,
+            models: c.models,
+            model_map: c.model_map,
+            priority: c.priority,
+            weight: c.weight,
+            connect_timeout: Duration::from_secs(c.connect_timeout_secs.max(1)),
+            read_timeout: Duration::from_secs(c.read_timeout_secs.max(1)),
+        })
+    }
+
+    /// The model name sent upstream for the name the caller used.
+    pub fn upstream_model<'a>(&'a self, model: &'a str) -> &'a str {
+        self.model_map.get(model).map_or(model, String::as_str)
+    }
+
+    /// `Host` header value.
+    pub fn authority(&self) -> String {
+        let default_port = if self.tls { 443 } else { 80 };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        if self.port == default_port {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+
+    /// A peer for one upstream exchange (the address is resolved and cached).
+    pub async fn peer(&self) -> std::io::Result<HttpPeer> {
+        let addr = self.resolver.pick().await?;
+        let mut peer = HttpPeer::new(addr, self.tls, self.host.clone());
+        let o = &mut peer.options;
+        o.connection_timeout = Some(self.connect_timeout);
+        o.total_connection_timeout = Some(self.connect_timeout + Duration::from_secs(5));
+        o.read_timeout = Some(self.read_timeout);
+        o.write_timeout = Some(self.read_timeout);
+        o.idle_timeout = Some(Duration::from_secs(90));
+        Ok(peer)
+    }
+}
+
+/// Model → channels, built once from the configuration.
+#[derive(Debug, Default)]
+pub struct Router {
+    by_model: HashMap<String, Vec<Arc<Channel>>>,
+}
+
+impl Router {
+    pub fn new(channels: &[Arc<Channel>]) -> Router {
+        let mut by_model: HashMap<String, Vec<Arc<Channel>>> = HashMap::new();
+        for c in channels {
+            for m in &c.models {
+                by_model.entry(m.clone()).or_default().push(c.clone());
+            }
+        }
+        for list in by_model.values_mut() {
+            list.sort_by_key(|c| c.priority);
+        }
+        Router { by_model }
+    }
+
+    pub fn serves(&self, model: &str) -> bool {
+        self.by_model.contains_key(model)
+    }
+
+    /// Every model some channel serves, sorted.
+    pub fn models(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.by_model.keys().map(String::as_str).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The channels for a model in the order to try them: lowest priority value first;
+    /// within one priority, a weighted random order (so a failed connection falls over
+    /// to a sibling before a lower-priority channel).
+    pub fn candidates(&self, model: &str) -> Vec<Arc<Channel>> {
+        let Some(list) = self.by_model.get(model) else {
+            return Vec::new();
+        };
+        let mut out = Vec::with_capacity(list.len());
+        for group in list.chunk_by(|a, b| a.priority == b.priority) {
+            if group.len() == 1 {
+                out.push(group[0].clone());
+                continue;
+            }
+            // Efraimidis–Spirakis: sort by u^(1/w), largest first.
+            let mut keyed: Vec<(f64, &Arc<Channel>)> = group
+                .iter()
+                .map(|c| {
+                    let u = ids::unit_random().max(f64::MIN_POSITIVE);
+                    (u.powf(1.0 / c.weight as f64), c)
+                })
+                .collect();
+            keyed.sort_by(|a, b| b.0.total_cmp(&a.0));
+            out.extend(keyed.into_iter().map(|(_, c)| c.clone()));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chan(name: &str, priority: i32, weight: u32) -> Arc<Channel> {
+        let raw = RawChannel {
+            name: name.into(),
+            protocol: "openai".into(),
+            base_url: "http://127.0.0.1:9/prefix/".into(),
+            api_key: String::new(),
+            models: vec!["m".into()],
+            model_map: BTreeMap::new(),
+            priority,
+            weight,
+            connect_timeout_secs: 1,
+            read_timeout_secs: 1,
+        };
+        Arc::new(Channel::from_raw(raw, "c").unwrap())
+    }
+
+    #[test]
+    fn priority_first_then_weight() {
+        let r = Router::new(&[chan("low", 1, 1), chan("a", 0, 3), chan("b", 0, 1)]);
+        let mut first_a = 0;
+        for _ in 0..4000 {
+            let order: Vec<_> = r.candidates("m").iter().map(|c| c.name.clone()).collect();
+            assert_eq!(order.len(), 3);
+            assert_eq!(order[2], "low");
+            if order[0] == "a" {
+                first_a += 1;
+            }
+        }
+        // weight 3 vs 1: `a` first about 75% of the time
+        assert!((2700..3300).contains(&first_a), "{first_a}");
+    }
+
+    #[test]
+    fn base_url_parts() {
+        let c = chan("x", 0, 1);
+        assert_eq!(c.path_prefix, "/prefix");
+        assert_eq!(c.authority(), "127.0.0.1:9");
+        assert!(!c.tls);
+    }
+}

@@ -1,0 +1,299 @@
+//! Configuration in two stages: [`raw`] deserializes the YAML strictly, then
+//! [`Config::from_raw`] validates it into the runtime types the gateway uses. Every error
+//! names the path of the bad field (`channels[1].base_url: ...`).
+//!
+//! `${VAR}` (or `${VAR:-default}`) inside any string is replaced from the environment
+//! before deserialization, so secrets never live in the file.
+
+mod env;
+pub mod raw;
+
+use crate::billing::Price;
+use crate::channels::{Channel, ChannelProtocol};
+use ipnet::IpNet;
+use raw::RawConfig;
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug)]
+pub struct ConfigError {
+    /// Where the bad value is, e.g. `channels[0].protocol`; empty for file-level errors.
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError {
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum StoreConfig {
+    Embedded { path: PathBuf },
+    Redis { urls: Vec<String>, cluster: bool },
+}
+
+#[derive(Debug, Clone)]
+pub struct AdminConfig {
+    pub listen: SocketAddr,
+    pub token: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_body_bytes: usize,
+    pub max_response_bytes: usize,
+    pub reservation_ttl_secs: u64,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub admin: Option<AdminConfig>,
+    pub store: StoreConfig,
+    pub limits: Limits,
+    pub trusted_proxies: Vec<IpNet>,
+    pub threads: Option<usize>,
+    pub key_cache_ttl: Duration,
+    pub channels: Vec<Arc<Channel>>,
+    pub prices: BTreeMap<String, Price>,
+}
+
+impl Config {
+    /// Reads, expands and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err("", format!("cannot read {}: {e}", path.display())))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Config::parse(&text, base)
+    }
+
+    /// Parses configuration text; relative store paths are taken from `base`.
+    pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
+        let mut value: serde_yaml::Value =
+            serde_yaml::from_str(text).map_err(|e| err("", format!("invalid YAML: {e}")))?;
+        env::expand(&mut value, &mut String::new(), &|name| std::env::var(name).ok())?;
+        let raw: RawConfig = serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." { String::new() } else { path };
+            err(path, e.into_inner().to_string())
+        })?;
+        Config::from_raw(raw, base)
+    }
+
+    fn from_raw(raw: RawConfig, base: &Path) -> Result<Config, ConfigError> {
+        let listen = parse_addr("listen", &raw.listen)?;
+        let admin = match raw.admin {
+            None => None,
+            Some(a) => {
+                if a.token.trim().len() < 16 {
+                    return Err(err(
+                        "admin.token",
+                        "must be at least 16 characters (set it from the environment)",
+                    ));
+                }
+                Some(AdminConfig {
+                    listen: parse_addr("admin.listen", &a.listen)?,
+                    token: a.token,
+                })
+            }
+        };
+        let store = match (raw.store.embedded, raw.store.redis) {
+            (Some(e), None) => {
+                if e.path.trim().is_empty() {
+                    return Err(err("store.embedded.path", "must not be empty"));
+                }
+                let p = PathBuf::from(&e.path);
+                let path = if p.is_absolute() { p } else { base.join(p) };
+                StoreConfig::Embedded { path }
+            }
+            (None, Some(r)) => match (r.url, r.cluster) {
+                (Some(url), None) => {
+                    check_redis_url("store.redis.url", &url)?;
+                    StoreConfig::Redis {
+                        urls: vec![url],
+                        cluster: false,
+                    }
+                }
+                (None, Some(urls)) if !urls.is_empty() => {
+                    for (i, u) in urls.iter().enumerate() {
+                        check_redis_url(&format!("store.redis.cluster[{i}]"), u)?;
+                    }
+                    StoreConfig::Redis {
+                        urls,
+                        cluster: true,
+                    }
+                }
+                _ => {
+                    return Err(err(
+                        "store.redis",
+                        "set exactly one of `url` or a non-empty `cluster` list",
+                    ))
+                }
+            },
+            _ => {
+                return Err(err(
+                    "store",
+                    "set exactly one of `embedded` or `redis`",
+                ))
+            }
+        };
+        if raw.limits.max_body_bytes == 0 {
+            return Err(err("limits.max_body_bytes", "must be positive"));
+        }
+        let mut trusted_proxies = Vec::new();
+        for (i, p) in raw.trusted_proxies.iter().enumerate() {
+            trusted_proxies.push(
+                parse_net(p).ok_or_else(|| err(format!("trusted_proxies[{i}]"), "not a CIDR or IP address"))?,
+            );
+        }
+        let mut prices = BTreeMap::new();
+        for (model, p) in &raw.prices {
+            let price = Price::from_raw(p).map_err(|m| err(format!("prices.{model}"), m))?;
+            prices.insert(model.clone(), price);
+        }
+        let mut names = HashSet::new();
+        let mut channels = Vec::new();
+        for (i, c) in raw.channels.into_iter().enumerate() {
+            let path = format!("channels[{i}]");
+            if !names.insert(c.name.clone()) {
+                return Err(err(format!("{path}.name"), format!("duplicate channel name `{}`", c.name)));
+            }
+            channels.push(Arc::new(Channel::from_raw(c, &path)?));
+        }
+        Ok(Config {
+            listen,
+            admin,
+            store,
+            limits: Limits {
+                max_body_bytes: raw.limits.max_body_bytes,
+                max_response_bytes: raw.limits.max_response_bytes,
+                reservation_ttl_secs: raw.limits.reservation_ttl_secs.max(60),
+            },
+            trusted_proxies,
+            threads: raw.threads,
+            key_cache_ttl: Duration::from_secs(raw.key_cache_ttl_secs),
+            channels,
+            prices,
+        })
+    }
+
+    /// Protocols a channel may declare.
+    pub fn protocols() -> &'static [ChannelProtocol] {
+        ChannelProtocol::ALL
+    }
+}
+
+fn parse_addr(path: &str, s: &str) -> Result<SocketAddr, ConfigError> {
+    s.parse()
+        .map_err(|_| err(path, format!("`{s}` is not an address like 127.0.0.1:8080")))
+}
+
+fn check_redis_url(path: &str, u: &str) -> Result<(), ConfigError> {
+    let ok = ["redis://", "rediss://", "redis+unix://", "unix://"]
+        .iter()
+        .any(|p| u.starts_with(p));
+    if ok {
+        Ok(())
+    } else {
+        Err(err(path, "must start with redis://, rediss:// or unix://"))
+    }
+}
+
+/// A CIDR, or a single address taken as a /32 or /128.
+pub fn parse_net(s: &str) -> Option<IpNet> {
+    let s = s.trim();
+    s.parse::<IpNet>()
+        .ok()
+        .or_else(|| s.parse::<std::net::IpAddr>().ok().map(IpNet::from))
+}
+
+pub(crate) fn config_err(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    err(path, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+listen: 127.0.0.1:8080
+store: { embedded: { path: ./data } }
+channels:
+  - name: openai-main
+    protocol: openai
+    base_url: https://api.openai.com
+    api_key: sk-upstream
+    models: [gpt-4o, gpt-4o-mini]
+    model_map: { gpt-4o: gpt-4o-2024-08-06 }
+prices:
+  gpt-4o-mini: { input: 0.15, output: 0.60, cached_input: 0.075 }
+"#;
+
+    #[test]
+    fn parses_a_good_file() {
+        let c = Config::parse(GOOD, Path::new("/etc/gw")).unwrap();
+        assert_eq!(c.channels.len(), 1);
+        assert_eq!(c.prices["gpt-4o-mini"].input_pico, 150_000);
+        match c.store {
+            StoreConfig::Embedded { path } => assert_eq!(path, PathBuf::from("/etc/gw/./data")),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_field_names_its_path() {
+        let bad = GOOD.replace("priority", "x").replace("model_map", "modle_map");
+        let e = Config::parse(&bad, Path::new(".")).unwrap_err();
+        assert_eq!(e.path, "channels[0]");
+        assert!(e.message.contains("modle_map"), "{e}");
+    }
+
+    #[test]
+    fn bad_protocol_names_its_path() {
+        let bad = GOOD.replace("protocol: openai", "protocol: opneai");
+        let e = Config::parse(&bad, Path::new(".")).unwrap_err();
+        assert_eq!(e.path, "channels[0].protocol");
+    }
+
+    #[test]
+    fn missing_env_var_names_its_path() {
+        let bad = GOOD.replace("sk-upstream", "${MG_TEST_SURELY_UNSET_VAR}");
+        let e = Config::parse(&bad, Path::new(".")).unwrap_err();
+        assert_eq!(e.path, "channels[0].api_key");
+        assert!(e.message.contains("MG_TEST_SURELY_UNSET_VAR"));
+    }
+
+    #[test]
+    fn model_map_must_name_a_served_model() {
+        let bad = GOOD.replace("{ gpt-4o: gpt", "{ gpt-5: gpt");
+        let e = Config::parse(&bad, Path::new(".")).unwrap_err();
+        assert_eq!(e.path, "channels[0].model_map.gpt-5");
+    }
+
+    #[test]
+    fn negative_price_is_rejected() {
+        let bad = GOOD.replace("input: 0.15", "input: -1");
+        let e = Config::parse(&bad, Path::new(".")).unwrap_err();
+        assert_eq!(e.path, "prices.gpt-4o-mini");
+    }
+}

@@ -1,0 +1,145 @@
+//! Stage one: the YAML file as plain structs. Unknown fields are errors, so a typo in a
+//! field name fails `check-config` with its path instead of silently taking a default.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    pub listen: String,
+    pub admin: Option<RawAdmin>,
+    pub store: RawStore,
+    #[serde(default)]
+    pub limits: RawLimits,
+    /// Proxies whose `X-Forwarded-For` is believed (CIDRs or addresses).
+    #[serde(default)]
+    pub trusted_proxies: Vec<String>,
+    /// Worker threads of the client listener; default: one per core.
+    pub threads: Option<usize>,
+    /// How long a key record is served from the in-process cache before it is re-read.
+    /// Bounds how long a revoke or update takes to reach every instance.
+    #[serde(default = "default_key_cache_ttl")]
+    pub key_cache_ttl_secs: u64,
+    #[serde(default)]
+    pub channels: Vec<RawChannel>,
+    #[serde(default)]
+    pub prices: BTreeMap<String, RawPrice>,
+}
+
+fn default_key_cache_ttl() -> u64 {
+    5
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub listen: String,
+    pub token: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    pub embedded: Option<RawEmbedded>,
+    pub redis: Option<RawRedis>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEmbedded {
+    pub path: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRedis {
+    /// One node: `redis://host:port/db`.
+    pub url: Option<String>,
+    /// Seed nodes of a Redis Cluster.
+    pub cluster: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    #[serde(default = "default_max_body")]
+    pub max_body_bytes: usize,
+    /// Largest non-streaming upstream response the gateway will buffer to translate.
+    #[serde(default = "default_max_response")]
+    pub max_response_bytes: usize,
+    /// A reservation not settled within this time is released by the store itself.
+    #[serde(default = "default_reservation_ttl")]
+    pub reservation_ttl_secs: u64,
+}
+
+impl Default for RawLimits {
+    fn default() -> Self {
+        RawLimits {
+            max_body_bytes: default_max_body(),
+            max_response_bytes: default_max_response(),
+            reservation_ttl_secs: default_reservation_ttl(),
+        }
+    }
+}
+
+fn default_max_body() -> usize {
+    32 * 1024 * 1024
+}
+
+fn default_max_response() -> usize {
+    64 * 1024 * 1024
+}
+
+fn default_reservation_ttl() -> u64 {
+    3600
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawChannel {
+    pub name: String,
+    pub protocol: String,
+    pub base_url: String,
+    #[serde(default)]
+    pub api_key: String,
+    pub models: Vec<String>,
+    #[serde(default)]
+    pub model_map: BTreeMap<String, String>,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_secs: u64,
+    /// Longest wait for any single read from the upstream (first byte included).
+    #[serde(default = "default_read_timeout")]
+    pub read_timeout_secs: u64,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+fn default_connect_timeout() -> u64 {
+    10
+}
+
+fn default_read_timeout() -> u64 {
+    300
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPrice {
+    /// USD per 1M input tokens.
+    pub input: f64,
+    /// USD per 1M output tokens (reasoning included).
+    pub output: f64,
+    /// USD per 1M cached input tokens; default: `input`.
+    pub cached_input: Option<f64>,
+    /// USD per 1M tokens written to a prompt cache; default: `input`.
+    pub cache_write: Option<f64>,
+    /// Output tokens reserved when a request names no limit of its own.
+    pub max_output_tokens: Option<u64>,
+}

@@ -1,0 +1,291 @@
+//! One error type for everything the gateway answers with an error (spec 7).
+//!
+//! `status()` and `code()` are exhaustive matches: a new variant does not compile until it
+//! has a status, a metrics label and a message. Messages are stable sentences; upstream
+//! details never reach them (spec 7.2). Every rendered message ends with
+//! `(request id: ID)` (spec 7.1).
+
+use serde_json::json;
+
+/// How the client's protocol wants errors shaped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorShape {
+    /// `{"error":{"message","type","param","code"}}`
+    Default,
+    /// `{"type":"error","error":{"type","message"}}` (spec 7, `/v1/messages`)
+    Messages,
+    /// `{"error":{"code":<int>,"message","status"}}`: what the generate-content SDKs parse,
+    /// plus the spec's `type`.
+    Gemini,
+}
+
+/// How an upstream failed. Only the kind travels to the client, never the upstream's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamFailure {
+    /// No connection could be opened (nothing was sent).
+    Connect,
+    /// The upstream did not answer in time.
+    Timeout,
+    /// The upstream answered with something that is not its protocol.
+    BadResponse,
+    /// The upstream answered with this HTTP status.
+    Status(u16),
+    /// The connection broke mid-response.
+    Broken,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GatewayError {
+    /// 400: the request is malformed; `param` names the field.
+    BadRequest {
+        param: Option<String>,
+        message: String,
+    },
+    MissingKey,
+    MalformedKey,
+    UnknownKey,
+    KeyDisabled,
+    KeyExpired,
+    IpNotAllowed,
+    ModelNotAllowed(String),
+    QuotaExhausted,
+    ModelNotPriced(String),
+    NotFound,
+    ModelNotFound(String),
+    TaskNotFound,
+    KeyNotFound,
+    MethodNotAllowed,
+    BodyTooLarge(usize),
+    RateLimited,
+    NotImplemented,
+    AdminUnauthorized,
+    /// The store cannot be reached; the gateway refuses rather than relay unbilled.
+    StoreUnavailable,
+    /// A gateway fault; details are logged, not shown.
+    Internal,
+    Upstream(UpstreamFailure),
+}
+
+impl GatewayError {
+    pub fn bad_request(param: Option<&str>, message: impl Into<String>) -> GatewayError {
+        GatewayError::BadRequest {
+            param: param.map(str::to_string),
+            message: message.into(),
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        use GatewayError::*;
+        match self {
+            BadRequest { .. } => 400,
+            MissingKey | MalformedKey | UnknownKey | AdminUnauthorized => 401,
+            KeyDisabled | KeyExpired | IpNotAllowed | ModelNotAllowed(_) | QuotaExhausted
+            | ModelNotPriced(_) => 403,
+            NotFound | ModelNotFound(_) | TaskNotFound | KeyNotFound => 404,
+            MethodNotAllowed => 405,
+            BodyTooLarge(_) => 413,
+            RateLimited => 429,
+            Internal => 500,
+            NotImplemented => 501,
+            StoreUnavailable => 503,
+            Upstream(f) => upstream_status(*f),
+        }
+    }
+
+    /// Low-cardinality label: the envelope's `code` and the metrics label.
+    pub fn code(&self) -> &'static str {
+        use GatewayError::*;
+        match self {
+            BadRequest { .. } => "invalid_request",
+            MissingKey => "missing_api_key",
+            MalformedKey | UnknownKey => "invalid_api_key",
+            AdminUnauthorized => "invalid_admin_token",
+            KeyDisabled => "key_disabled",
+            KeyExpired => "key_expired",
+            IpNotAllowed => "ip_not_allowed",
+            ModelNotAllowed(_) => "model_not_allowed",
+            QuotaExhausted => "insufficient_quota",
+            ModelNotPriced(_) => "model_not_priced",
+            NotFound => "not_found",
+            ModelNotFound(_) => "model_not_found",
+            TaskNotFound => "task_not_found",
+            KeyNotFound => "key_not_found",
+            MethodNotAllowed => "method_not_allowed",
+            BodyTooLarge(_) => "request_too_large",
+            RateLimited => "rate_limited",
+            NotImplemented => "not_implemented",
+            StoreUnavailable => "store_unavailable",
+            Internal => "internal_error",
+            Upstream(UpstreamFailure::Connect) => "upstream_unreachable",
+            Upstream(UpstreamFailure::Timeout) => "upstream_timeout",
+            Upstream(UpstreamFailure::BadResponse) => "upstream_bad_response",
+            Upstream(UpstreamFailure::Broken) => "upstream_broken",
+            Upstream(UpstreamFailure::Status(_)) => "upstream_error",
+        }
+    }
+
+    pub fn param(&self) -> Option<&str> {
+        match self {
+            GatewayError::BadRequest { param, .. } => param.as_deref(),
+            GatewayError::ModelNotAllowed(_)
+            | GatewayError::ModelNotPriced(_)
+            | GatewayError::ModelNotFound(_) => Some("model"),
+            _ => None,
+        }
+    }
+
+    pub fn is_upstream(&self) -> bool {
+        matches!(self, GatewayError::Upstream(_))
+    }
+
+    /// The stable sentence shown to the client (without the request id suffix).
+    pub fn message(&self) -> String {
+        use GatewayError::*;
+        match self {
+            BadRequest { message, .. } => message.clone(),
+            MissingKey => "No API key provided. Send it as `Authorization: Bearer sk-...`.".into(),
+            MalformedKey => "The API key is malformed.".into(),
+            UnknownKey => "The API key is not valid.".into(),
+            AdminUnauthorized => "A valid admin token is required.".into(),
+            KeyDisabled => "The API key is disabled.".into(),
+            KeyExpired => "The API key has expired.".into(),
+            IpNotAllowed => "Requests from this IP address are not allowed for this key.".into(),
+            ModelNotAllowed(m) => format!("The model `{m}` is not allowed for this key."),
+            QuotaExhausted => "The key's quota is exhausted.".into(),
+            ModelNotPriced(m) => format!("The model `{m}` has no price configured and cannot be billed."),
+            NotFound => "Unknown path.".into(),
+            ModelNotFound(m) => format!("The model `{m}` does not exist or is not served."),
+            TaskNotFound => "Task not found.".into(),
+            KeyNotFound => "API key not found.".into(),
+            MethodNotAllowed => "Method not allowed on this path.".into(),
+            BodyTooLarge(limit) => format!("Request body is larger than the limit of {limit} bytes."),
+            RateLimited => "Rate limit reached for this key; retry with exponential backoff.".into(),
+            NotImplemented => "This endpoint is not implemented.".into(),
+            StoreUnavailable => "The gateway's store is unavailable; retry later.".into(),
+            Internal => "The gateway failed to process the request.".into(),
+            Upstream(f) => upstream_message(*f).into(),
+        }
+    }
+
+    pub fn full_message(&self, request_id: &str) -> String {
+        format!("{} (request id: {request_id})", self.message())
+    }
+
+    /// The error body in the client's shape.
+    pub fn body(&self, shape: ErrorShape, request_id: &str) -> Vec<u8> {
+        let message = self.full_message(request_id);
+        let etype = if self.is_upstream() {
+            "upstream_error"
+        } else {
+            "gateway_error"
+        };
+        let status = self.status();
+        let v = match shape {
+            ErrorShape::Default => json!({
+                "error": {"message": message, "type": etype, "param": self.param(), "code": self.code()}
+            }),
+            ErrorShape::Messages => json!({
+                "type": "error",
+                "error": {"type": messages_type(status), "message": message}
+            }),
+            ErrorShape::Gemini => json!({
+                "error": {"code": status, "message": message, "status": gemini_status(status), "type": etype}
+            }),
+        };
+        serde_json::to_vec(&v).unwrap_or_default()
+    }
+}
+
+fn upstream_status(f: UpstreamFailure) -> u16 {
+    match f {
+        // Client errors the caller can fix keep their status (spec 7).
+        UpstreamFailure::Status(s @ (400 | 404 | 409 | 413 | 422 | 429)) => s,
+        // 401/403/407 concern the channel's own credentials, which the caller cannot
+        // fix; every other failure is the spec's 500 "gateway or upstream failure".
+        UpstreamFailure::Status(_)
+        | UpstreamFailure::Connect
+        | UpstreamFailure::Timeout
+        | UpstreamFailure::BadResponse
+        | UpstreamFailure::Broken => 500,
+    }
+}
+
+fn upstream_message(f: UpstreamFailure) -> &'static str {
+    match f {
+        UpstreamFailure::Connect => "The upstream provider could not be reached.",
+        UpstreamFailure::Timeout => "The upstream provider did not respond in time.",
+        UpstreamFailure::BadResponse => "The upstream provider returned an invalid response.",
+        UpstreamFailure::Broken => "The upstream provider closed the connection before the response was complete.",
+        UpstreamFailure::Status(400 | 422) => "The upstream provider rejected the request as invalid.",
+        UpstreamFailure::Status(404) => "The upstream provider could not find the requested resource.",
+        UpstreamFailure::Status(409) => "The upstream provider reported a conflict.",
+        UpstreamFailure::Status(413) => "The request is too large for the upstream provider.",
+        UpstreamFailure::Status(429) => "The upstream provider is rate limiting requests; retry with backoff.",
+        UpstreamFailure::Status(401 | 403 | 407) => "The upstream provider refused the gateway's credentials.",
+        UpstreamFailure::Status(_) => "The upstream provider failed to process the request.",
+    }
+}
+
+fn messages_type(status: u16) -> &'static str {
+    match status {
+        400 | 405 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+fn gemini_status(status: u16) -> &'static str {
+    match status {
+        400 | 413 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        429 => "RESOURCE_EXHAUSTED",
+        501 | 405 => "UNIMPLEMENTED",
+        503 => "UNAVAILABLE",
+        _ => "INTERNAL",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    #[test]
+    fn default_envelope() {
+        let e = GatewayError::bad_request(Some("messages"), "messages is required");
+        let v: Value = serde_json::from_slice(&e.body(ErrorShape::Default, "abc")).unwrap();
+        assert_eq!(v["error"]["message"], "messages is required (request id: abc)");
+        assert_eq!(v["error"]["type"], "gateway_error");
+        assert_eq!(v["error"]["param"], "messages");
+        assert_eq!(v["error"]["code"], "invalid_request");
+        assert_eq!(e.status(), 400);
+    }
+
+    #[test]
+    fn messages_envelope() {
+        let e = GatewayError::QuotaExhausted;
+        let v: Value = serde_json::from_slice(&e.body(ErrorShape::Messages, "r1")).unwrap();
+        assert_eq!(v["type"], "error");
+        assert_eq!(v["error"]["type"], "permission_error");
+        assert!(v["error"]["message"].as_str().unwrap().ends_with("(request id: r1)"));
+    }
+
+    #[test]
+    fn upstream_statuses() {
+        let s = |c| GatewayError::Upstream(UpstreamFailure::Status(c)).status();
+        assert_eq!(s(429), 429);
+        assert_eq!(s(400), 400);
+        assert_eq!(s(401), 500);
+        assert_eq!(s(503), 500);
+        let e = GatewayError::Upstream(UpstreamFailure::Connect);
+        let v: Value = serde_json::from_slice(&e.body(ErrorShape::Default, "x")).unwrap();
+        assert_eq!(v["error"]["type"], "upstream_error");
+    }
+}

@@ -1,0 +1,75 @@
+//! Identifiers: request ids (unique, time-sortable), and cheap randomness for choices
+//! that need no secrecy. Secrets (API keys, task ids) use the OS CSPRNG in `auth::keys`.
+
+use std::cell::Cell;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+thread_local! {
+    static RNG: Cell<u64> = Cell::new(seed());
+}
+
+fn seed() -> u64 {
+    let mut b = [0u8; 8];
+    // A failed read leaves zeros; the clock and thread id still make seeds distinct.
+    let _ = ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b);
+    let t = now_nanos() as u64;
+    u64::from_le_bytes(b) ^ t ^ 0x9E37_79B9_7F4A_7C15
+}
+
+/// wyrand: fast, statistically good, not for secrets.
+pub fn fast_random() -> u64 {
+    RNG.with(|s| {
+        let v = s.get().wrapping_add(0xA076_1D64_78BD_642F);
+        s.set(v);
+        let t = (v as u128).wrapping_mul((v ^ 0xE703_7ED1_A0B4_28DB) as u128);
+        ((t >> 64) ^ t) as u64
+    })
+}
+
+/// Uniform in [0, 1).
+pub fn unit_random() -> f64 {
+    (fast_random() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+pub fn now_ms() -> i64 {
+    (now_nanos() / 1_000_000) as i64
+}
+
+pub fn now_secs() -> i64 {
+    (now_nanos() / 1_000_000_000) as i64
+}
+
+/// A request id: 12 hex digits of Unix milliseconds, then 16 random hex digits. Sorting
+/// ids as strings sorts them by arrival time.
+pub fn request_id() -> String {
+    format!("{:012x}{:016x}", now_ms() as u64 & 0xFFFF_FFFF_FFFF, fast_random())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_unique_and_sortable() {
+        let a = request_id();
+        let b = request_id();
+        assert_eq!(a.len(), 28);
+        assert_ne!(a, b);
+        assert!(a[..12] <= b[..12]);
+    }
+
+    #[test]
+    fn unit_random_in_range() {
+        for _ in 0..1000 {
+            let u = unit_random();
+            assert!((0.0..1.0).contains(&u));
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! model-gateway: one base URL and one `sk-...` key in front of many model providers,
+//! built as a Pingora `ProxyHttp` service.
+//!
+//! The request path, module by module (see `README.md`, Architecture):
+//! [`proxy`] (phases) → [`auth`] (who) → [`relay`] (the upstream exchange, with
+//! [`billing`] reserving and settling, [`channels`] choosing the upstream and
+//! [`protocol`] translating) → [`store`] (keys, quota, usage). [`api`] answers the
+//! endpoints served locally and the admin API; [`errors`] renders every failure.
+
+pub mod api;
+pub mod auth;
+pub mod billing;
+pub mod channels;
+pub mod config;
+pub mod errors;
+pub mod gateway;
+pub mod ids;
+pub mod protocol;
+pub mod proxy;
+pub mod relay;
+pub mod server;
+pub mod store;

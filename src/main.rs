@@ -1,0 +1,231 @@
+//! The `model-gateway` command: run the gateway, check a configuration, manage keys.
+
+use clap::{Args, Parser, Subcommand};
+use model_gateway::api::keys::{self, KeyInput};
+use model_gateway::config::Config;
+use model_gateway::errors::GatewayError;
+use model_gateway::gateway::open_store;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "model-gateway",
+    version,
+    about = "An LLM gateway: one base URL and one key in front of many model providers"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway.
+    Serve(ConfigArg),
+    /// Validate a configuration file; exits non-zero naming the bad field.
+    CheckConfig(ConfigArg),
+    /// Manage API keys in the configured store.
+    Keys {
+        #[command(subcommand)]
+        action: KeysAction,
+    },
+}
+
+#[derive(Args)]
+struct ConfigArg {
+    #[arg(long, short, default_value = "conf/gateway.yaml")]
+    config: PathBuf,
+}
+
+#[derive(Args)]
+struct KeyFields {
+    #[arg(long)]
+    name: Option<String>,
+    /// Model whitelist, comma separated; empty for every model.
+    #[arg(long, value_delimiter = ',')]
+    models: Option<Vec<String>>,
+    /// Spend cap in USD; `none` for unlimited.
+    #[arg(long)]
+    quota_usd: Option<String>,
+    /// RFC 3339 time after which the key stops working; `none` to clear.
+    #[arg(long)]
+    expires_at: Option<String>,
+    /// IP allowlist (CIDRs or addresses), comma separated.
+    #[arg(long, value_delimiter = ',')]
+    allow_ips: Option<Vec<String>>,
+    /// Requests per minute; `none` for no limit.
+    #[arg(long)]
+    rpm: Option<String>,
+    /// `enabled` or `disabled`.
+    #[arg(long)]
+    status: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum KeysAction {
+    /// Create a key and print it (shown once).
+    Create {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        #[command(flatten)]
+        fields: KeyFields,
+        /// Print the whole record, key included, as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List every key.
+    List(ConfigArg),
+    /// Show one key.
+    Show {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        id: String,
+    },
+    /// Change a key's fields.
+    Update {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        id: String,
+        #[command(flatten)]
+        fields: KeyFields,
+    },
+    /// Delete a key; it stops working on every instance within the key cache TTL.
+    Revoke {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        id: String,
+    },
+}
+
+fn none_or<T: std::str::FromStr>(
+    v: &Option<String>,
+    what: &str,
+) -> Result<Option<Option<T>>, String> {
+    match v.as_deref() {
+        None => Ok(None),
+        Some("none") | Some("null") => Ok(Some(None)),
+        Some(s) => s
+            .parse()
+            .map(|x| Some(Some(x)))
+            .map_err(|_| format!("--{what}: `{s}` is not valid")),
+    }
+}
+
+impl KeyFields {
+    fn input(&self) -> Result<KeyInput, String> {
+        Ok(KeyInput {
+            name: self.name.clone(),
+            status: self.status.clone(),
+            models: self.models.clone(),
+            quota_usd: none_or(&self.quota_usd, "quota-usd")?,
+            expires_at: match self.expires_at.as_deref() {
+                None => None,
+                Some("none") | Some("null") => Some(None),
+                Some(s) => Some(Some(s.to_string())),
+            },
+            allow_ips: self.allow_ips.clone(),
+            rpm: none_or(&self.rpm, "rpm")?,
+        })
+    }
+}
+
+fn load(cfg: &ConfigArg) -> Result<Config, String> {
+    Config::load(&cfg.config).map_err(|e| format!("{}: {e}", cfg.config.display()))
+}
+
+fn gw_err(e: GatewayError) -> String {
+    match e.param() {
+        Some(p) => format!("{p}: {}", e.message()),
+        None => e.message(),
+    }
+}
+
+fn pretty(v: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+fn keys_command(action: KeysAction) -> Result<(), String> {
+    let cfg = match &action {
+        KeysAction::Create { cfg, .. }
+        | KeysAction::Show { cfg, .. }
+        | KeysAction::Update { cfg, .. }
+        | KeysAction::Revoke { cfg, .. }
+        | KeysAction::List(cfg) => load(cfg)?,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let store = open_store(&cfg.store, false)
+            .await
+            .map_err(|e| format!("cannot open the store: {e}"))?;
+        let store = store.as_ref();
+        match action {
+            KeysAction::Create { fields, json, .. } => {
+                let (_, view) = keys::create(store, &fields.input()?)
+                    .await
+                    .map_err(gw_err)?;
+                if json {
+                    println!("{}", pretty(&view));
+                } else {
+                    println!("{}", view["key"].as_str().unwrap_or_default());
+                    eprintln!(
+                        "id: {} (the key is shown once; store it now)",
+                        view["id"].as_str().unwrap_or_default()
+                    );
+                }
+            }
+            KeysAction::List(_) => {
+                println!("{}", pretty(&keys::list(store).await.map_err(gw_err)?))
+            }
+            KeysAction::Show { id, .. } => {
+                println!(
+                    "{}",
+                    pretty(&keys::view(&keys::show(store, &id).await.map_err(gw_err)?))
+                )
+            }
+            KeysAction::Update { id, fields, .. } => {
+                let rec = keys::update(store, &id, &fields.input()?)
+                    .await
+                    .map_err(gw_err)?;
+                println!("{}", pretty(&keys::view(&rec)));
+            }
+            KeysAction::Revoke { id, .. } => {
+                keys::revoke(store, &id).await.map_err(gw_err)?;
+                println!("revoked {id}");
+            }
+        }
+        Ok(())
+    })
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,pingora=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match Cli::parse().command {
+        Command::Serve(cfg) => load(&cfg).and_then(model_gateway::server::serve),
+        Command::CheckConfig(cfg) => load(&cfg).map(|c| {
+            println!(
+                "{}: ok ({} channels, {} priced models)",
+                cfg.config.display(),
+                c.channels.len(),
+                c.prices.len()
+            );
+        }),
+        Command::Keys { action } => keys_command(action),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

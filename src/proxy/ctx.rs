@@ -1,0 +1,109 @@
+//! Per-request state shared by the phases, and the helpers that answer locally.
+
+use crate::auth::AuthKey;
+use crate::errors::{ErrorShape, GatewayError};
+use crate::ids;
+use crate::protocol::Usage;
+use crate::store::Micros;
+use bytes::Bytes;
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub struct Ctx {
+    pub request_id: String,
+    pub started: Instant,
+    pub time_ms: i64,
+    pub shape: ErrorShape,
+    /// Set once the caller is authenticated.
+    pub key: Option<Arc<AuthKey>>,
+    /// What the usage log records for this request, if anything.
+    pub record: Option<Record>,
+    /// Status sent to the client.
+    pub status: u16,
+}
+
+/// The usage-relevant facts of a request, filled in as they become known.
+#[derive(Debug, Default, Clone)]
+pub struct Record {
+    pub endpoint: String,
+    pub model: String,
+    pub channel: String,
+    pub usage: Usage,
+    pub cost: Micros,
+    pub stream: bool,
+}
+
+impl Ctx {
+    pub fn new() -> Ctx {
+        Ctx {
+            request_id: ids::request_id(),
+            started: Instant::now(),
+            time_ms: ids::now_ms(),
+            shape: ErrorShape::Default,
+            key: None,
+            record: None,
+            status: 0,
+        }
+    }
+
+    pub fn record_mut(&mut self) -> &mut Record {
+        self.record.get_or_insert_with(Record::default)
+    }
+}
+
+impl Default for Ctx {
+    fn default() -> Self {
+        Ctx::new()
+    }
+}
+
+/// A response header with the request id every response carries.
+/// `None` only for a status outside 100..=999, which no caller passes.
+pub fn response_header(ctx: &Ctx, status: u16, content_type: &str, len: Option<usize>) -> Option<ResponseHeader> {
+    let mut h = ResponseHeader::build(status, Some(4)).ok()?;
+    let _ = h.insert_header(http::header::CONTENT_TYPE, content_type);
+    let _ = h.insert_header("x-request-id", ctx.request_id.as_str());
+    match len {
+        Some(n) => {
+            let _ = h.insert_header(http::header::CONTENT_LENGTH, n.to_string());
+        }
+        None => {
+            let _ = h.insert_header(http::header::CACHE_CONTROL, "no-cache");
+            let _ = h.insert_header(http::header::TRANSFER_ENCODING, "chunked");
+        }
+    }
+    Some(h)
+}
+
+/// Sends a complete response. A client that already left is not an error worth more
+/// than a debug line.
+pub async fn respond(session: &mut Session, ctx: &mut Ctx, status: u16, content_type: &str, body: Bytes) {
+    ctx.status = status;
+    let Some(h) = response_header(ctx, status, content_type, Some(body.len())) else {
+        tracing::error!(status, "invalid response status");
+        return;
+    };
+    if let Err(e) = session.write_response_header(Box::new(h), body.is_empty()).await {
+        tracing::debug!(error = %e, "client gone before the response header");
+        return;
+    }
+    if !body.is_empty() {
+        if let Err(e) = session.write_response_body(Some(body), true).await {
+            tracing::debug!(error = %e, "client gone during the response body");
+        }
+    }
+}
+
+pub async fn respond_json(session: &mut Session, ctx: &mut Ctx, status: u16, body: Vec<u8>) {
+    respond(session, ctx, status, "application/json", Bytes::from(body)).await;
+}
+
+pub async fn respond_error(session: &mut Session, ctx: &mut Ctx, e: &GatewayError) {
+    if let GatewayError::Internal = e {
+        tracing::error!(request_id = %ctx.request_id, "internal error");
+    }
+    let body = e.body(ctx.shape, &ctx.request_id);
+    respond_json(session, ctx, e.status(), body).await;
+}

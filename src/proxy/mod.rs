@@ -1,0 +1,167 @@
+//! The Pingora `ProxyHttp` service. Each phase calls one function and returns.
+//!
+//! Phases, in the order Pingora runs them for a request:
+//! 1. `new_ctx`: request id and clock ([`Ctx::new`]).
+//! 2. `request_filter`: route ([`route::route`]), authenticate ([`crate::auth`]), then
+//!    either answer locally ([`crate::api::local`]) or relay ([`crate::relay`]). Every
+//!    route answers here, so the phase always ends the request ([`Phase::Responded`]).
+//! 3. `upstream_peer`: not reached by the routes above; kept for passthrough routes.
+//! 4. `fail_to_proxy`: a Pingora-level failure, rendered in the spec's envelope.
+//! 5. `logging`: appends the usage record of an authenticated request.
+
+pub mod ctx;
+pub mod route;
+
+pub use ctx::{Ctx, Record};
+
+use crate::api::local;
+use crate::auth::{self, client_ip};
+use crate::errors::GatewayError;
+use crate::gateway::Gateway;
+use crate::relay;
+use crate::store::UsageRecord;
+use async_trait::async_trait;
+use ctx::respond_error;
+use pingora::prelude::*;
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+use route::Route;
+use std::sync::Arc;
+
+/// What `request_filter` did with the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// A complete response was sent.
+    Responded,
+    /// Continue to `upstream_peer` (passthrough routes).
+    Continue,
+}
+
+pub struct GatewayProxy {
+    gw: Arc<Gateway>,
+}
+
+impl GatewayProxy {
+    pub fn new(gw: Arc<Gateway>) -> GatewayProxy {
+        GatewayProxy { gw }
+    }
+}
+
+#[async_trait]
+impl ProxyHttp for GatewayProxy {
+    type CTX = Ctx;
+
+    fn new_ctx(&self) -> Ctx {
+        Ctx::new()
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
+        Ok(handle(&self.gw, session, ctx).await == Phase::Responded)
+    }
+
+    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        Error::e_explain(ErrorType::InternalError, "no passthrough route")
+    }
+
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
+        let (error_code, gerr) = match e.etype() {
+            ErrorType::HTTPStatus(413) => (413, GatewayError::BodyTooLarge(self.gw.config.limits.max_body_bytes)),
+            ErrorType::HTTPStatus(400) | ErrorType::InvalidHTTPHeader => {
+                (400, GatewayError::bad_request(None, "Malformed HTTP request."))
+            }
+            _ => (500, GatewayError::Internal),
+        };
+        if session.response_written().is_none() && e.esource() != &ErrorSource::Downstream {
+            respond_error(session, ctx, &gerr).await;
+        }
+        FailToProxy {
+            error_code,
+            can_reuse_downstream: false,
+        }
+    }
+
+    async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+        record_usage(&self.gw, session, ctx).await;
+    }
+}
+
+async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx) -> Phase {
+    let req = session.req_header();
+    let path = req.uri.path().to_string();
+    let query = req.uri.query().map(str::to_string);
+    let route = route::route(&req.method, &path);
+    ctx.shape = route.error_shape(&path);
+    if let Err(e) = dispatch(gw, session, ctx, &route, &path, query.as_deref()).await {
+        respond_error(session, ctx, &e).await;
+    }
+    Phase::Responded
+}
+
+async fn dispatch(
+    gw: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    route: &Route,
+    path: &str,
+    query: Option<&str>,
+) -> Result<(), GatewayError> {
+    match route {
+        Route::NotFound => return Err(GatewayError::NotFound),
+        Route::MethodNotAllowed => return Err(GatewayError::MethodNotAllowed),
+        Route::NotImplemented => return Err(GatewayError::NotImplemented),
+        _ => {}
+    }
+    let peer = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
+    let xff = session.get_header("x-forwarded-for").and_then(|v| v.to_str().ok());
+    let ip = client_ip(peer, xff, &gw.config.trusted_proxies);
+    let key = auth::authenticate(gw, &session.req_header().headers, query, route.accepts(path), ip).await?;
+    ctx.key = Some(key.clone());
+    match route {
+        Route::Models => {
+            let format = local::list_format(&session.req_header().headers, query);
+            ctx.record_mut().endpoint = path.to_string();
+            local::serve_models(gw, session, ctx, &key, format).await;
+            Ok(())
+        }
+        Route::GeminiModels => {
+            ctx.record_mut().endpoint = path.to_string();
+            local::serve_models(gw, session, ctx, &key, local::ListFormat::Gemini).await;
+            Ok(())
+        }
+        Route::GeminiModel(name) => local::serve_gemini_model(gw, session, ctx, &key, name).await,
+        Route::UsageToken => local::serve_usage(gw, session, ctx, &key).await,
+        Route::LogToken => local::serve_log(gw, session, ctx, &key, query).await,
+        Route::Relay(r) => {
+            ctx.record_mut().endpoint = path.to_string();
+            relay::handle(gw, session, ctx, r).await
+        }
+        Route::NotFound | Route::MethodNotAllowed | Route::NotImplemented => Err(GatewayError::Internal),
+    }
+}
+
+async fn record_usage(gw: &Gateway, session: &Session, ctx: &mut Ctx) {
+    let (Some(key), Some(rec)) = (&ctx.key, ctx.record.take()) else {
+        return;
+    };
+    let status = match ctx.status {
+        0 => session.response_written().map_or(0, |h| h.status.as_u16()),
+        s => s,
+    };
+    let u = UsageRecord {
+        request_id: ctx.request_id.clone(),
+        time_ms: ctx.time_ms,
+        key_id: key.rec.id.clone(),
+        endpoint: rec.endpoint,
+        model: rec.model,
+        channel: rec.channel,
+        prompt_tokens: rec.usage.input_tokens,
+        completion_tokens: rec.usage.output_tokens,
+        cached_tokens: rec.usage.cached_input_tokens,
+        cost: rec.cost,
+        status,
+        latency_ms: ctx.started.elapsed().as_millis() as u64,
+        stream: rec.stream,
+    };
+    if let Err(e) = gw.store.append_usage(&u).await {
+        tracing::warn!(request_id = %u.request_id, error = %e, "usage record not written");
+    }
+}

@@ -1,0 +1,179 @@
+//! Which handler a (method, path) goes to. One table, so the set of served paths is
+//! visible in one place.
+
+use crate::auth::Accepts;
+use crate::errors::ErrorShape;
+use crate::protocol::Protocol;
+use http::Method;
+
+/// A relayed endpoint: the client's protocol, and where the model name comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relay {
+    pub protocol: Protocol,
+    /// Generate-content paths carry the model in the path.
+    pub path_model: Option<String>,
+    /// `:streamGenerateContent`: streaming is chosen by the path.
+    pub path_stream: bool,
+    /// `/v1/responses/compact` (spec 4.5).
+    pub compact: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `GET /v1/models` (spec 4.1): format chosen from the headers.
+    Models,
+    /// `GET /v1beta/models` (spec 4.2), and one model by name.
+    GeminiModels,
+    GeminiModel(String),
+    UsageToken,
+    LogToken,
+    Relay(Relay),
+    NotImplemented,
+    MethodNotAllowed,
+    NotFound,
+}
+
+impl Route {
+    pub fn accepts(&self, path: &str) -> Accepts {
+        let gen = path.starts_with("/v1beta/");
+        match self {
+            Route::Models => Accepts {
+                x_api_key: true,
+                gen_key: true,
+            },
+            Route::Relay(r) if r.protocol == Protocol::Messages => Accepts {
+                x_api_key: true,
+                gen_key: false,
+            },
+            _ => Accepts {
+                x_api_key: false,
+                gen_key: gen,
+            },
+        }
+    }
+
+    pub fn error_shape(&self, path: &str) -> ErrorShape {
+        match self {
+            Route::Relay(r) if r.protocol == Protocol::Messages => ErrorShape::Messages,
+            _ if path.starts_with("/v1/messages") => ErrorShape::Messages,
+            _ if path.starts_with("/v1beta/") => ErrorShape::Gemini,
+            _ => ErrorShape::Default,
+        }
+    }
+}
+
+pub fn route(method: &Method, path: &str) -> Route {
+    // The trailing-slash variants of spec 4.18 and friends are the same endpoints.
+    let p = if path.len() > 1 {
+        path.trim_end_matches('/')
+    } else {
+        path
+    };
+    let get = method == Method::GET;
+    let post = method == Method::POST;
+    let only = |ok: bool, r: Route| if ok { r } else { Route::MethodNotAllowed };
+    let relay = |protocol| Relay {
+        protocol,
+        path_model: None,
+        path_stream: false,
+        compact: false,
+    };
+    match p {
+        "/v1/models" => only(get, Route::Models),
+        "/v1beta/models" => only(get, Route::GeminiModels),
+        "/api/usage/token" => only(get, Route::UsageToken),
+        "/api/log/token" => only(get, Route::LogToken),
+        "/v1/chat/completions" => only(post, Route::Relay(relay(Protocol::Chat))),
+        "/v1/messages" => only(post, Route::Relay(relay(Protocol::Messages))),
+        "/v1/responses" => only(post, Route::Relay(relay(Protocol::Responses))),
+        "/v1/responses/compact" => only(
+            post,
+            Route::Relay(Relay {
+                compact: true,
+                ..relay(Protocol::Responses)
+            }),
+        ),
+        _ => {
+            if let Some(rest) = p.strip_prefix("/v1beta/models/") {
+                return gemini(method, rest);
+            }
+            not_implemented(method, p)
+        }
+    }
+}
+
+fn gemini(method: &Method, rest: &str) -> Route {
+    if let Some((model, action)) = rest.rsplit_once(':') {
+        let stream = match action {
+            "generateContent" => false,
+            "streamGenerateContent" => true,
+            _ => return Route::NotFound,
+        };
+        if model.is_empty() || model.contains('/') {
+            return Route::NotFound;
+        }
+        if method != Method::POST {
+            return Route::MethodNotAllowed;
+        }
+        return Route::Relay(Relay {
+            protocol: Protocol::Gemini,
+            path_model: Some(model.to_string()),
+            path_stream: stream,
+            compact: false,
+        });
+    }
+    if rest.is_empty() || rest.contains('/') {
+        return Route::NotFound;
+    }
+    if method != Method::GET {
+        return Route::MethodNotAllowed;
+    }
+    Route::GeminiModel(rest.to_string())
+}
+
+/// Spec 4.23: files and fine-tunes are listed but not implemented.
+fn not_implemented(method: &Method, p: &str) -> Route {
+    let seg: Vec<&str> = p.split('/').skip(1).collect();
+    let m = method.as_str();
+    let listed = match seg.as_slice() {
+        ["v1", "fine-tunes"] => m == "GET" || m == "POST",
+        ["v1", "fine-tunes", _] => m == "GET",
+        ["v1", "fine-tunes", _, "cancel"] => m == "POST",
+        ["v1", "fine-tunes", _, "events"] => m == "GET",
+        ["v1", "files"] => m == "GET" || m == "POST",
+        ["v1", "files", _] => m == "GET" || m == "DELETE",
+        ["v1", "files", _, "content"] => m == "GET",
+        _ => return Route::NotFound,
+    };
+    if listed {
+        Route::NotImplemented
+    } else {
+        Route::MethodNotAllowed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table() {
+        assert_eq!(route(&Method::GET, "/v1/models"), Route::Models);
+        assert_eq!(route(&Method::POST, "/v1/models"), Route::MethodNotAllowed);
+        assert!(matches!(route(&Method::POST, "/v1/chat/completions"), Route::Relay(_)));
+        assert_eq!(route(&Method::GET, "/v1/chat/completions"), Route::MethodNotAllowed);
+        assert_eq!(route(&Method::GET, "/v1/nope"), Route::NotFound);
+        assert_eq!(route(&Method::DELETE, "/v1/files/f1"), Route::NotImplemented);
+        assert_eq!(route(&Method::PUT, "/v1/files/f1"), Route::MethodNotAllowed);
+        assert_eq!(route(&Method::POST, "/v1/fine-tunes/x/cancel"), Route::NotImplemented);
+        assert_eq!(route(&Method::GET, "/v1/fine-tunes/x/events"), Route::NotImplemented);
+        match route(&Method::POST, "/v1beta/models/gemini-2.5-pro:streamGenerateContent/") {
+            Route::Relay(r) => {
+                assert_eq!(r.path_model.as_deref(), Some("gemini-2.5-pro"));
+                assert!(r.path_stream);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(route(&Method::GET, "/v1beta/models/g1"), Route::GeminiModel("g1".into()));
+    }
+}

@@ -1,0 +1,213 @@
+//! The relay leg: read and check the request, reserve its worst-case cost, send it to a
+//! channel in that channel's protocol, and return the answer in the client's protocol,
+//! streaming as it arrives; then settle the real cost.
+//!
+//! Order of checks (each fails before anything later happens): body size (413) →
+//! syntax and required fields (400) → model whitelist (403) → model served (404) →
+//! model priced (403) → reservation (403 when the quota cannot cover it).
+
+mod body;
+mod output_limit;
+mod stream;
+mod upstream;
+
+use crate::billing::{Estimate, Price, ReservationGuard};
+use crate::errors::{GatewayError, UpstreamFailure};
+use crate::gateway::Gateway;
+use crate::ids;
+use crate::protocol::{self, Protocol, RequestOptions, ResponseContext, Usage};
+use crate::proxy::route::Relay;
+use crate::proxy::ctx::respond;
+use crate::proxy::Ctx;
+use crate::store::ReserveDenied;
+use bytes::Bytes;
+use pingora::proxy::Session;
+use serde_json::Value;
+use upstream::{Exchange, OpenError, Outgoing};
+
+/// Largest upstream error body read (for the operator's log only).
+const ERROR_BODY_LIMIT: usize = 64 * 1024;
+
+pub async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx, route: &Relay) -> Result<(), GatewayError> {
+    let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
+    let raw = body::read(session, gw.config.limits.max_body_bytes).await?;
+    let mut parsed = protocol::parse_request(route.protocol, &raw)
+        .map_err(|i| GatewayError::BadRequest { param: i.param, message: i.message })?;
+    let model = match &route.path_model {
+        Some(m) => m.clone(),
+        None => parsed
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+            .ok_or_else(|| GatewayError::bad_request(Some("model"), "`model` is required and must be a string"))?
+            .to_string(),
+    };
+    let stream = route.path_stream || parsed.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    {
+        let rec = ctx.record_mut();
+        rec.model = model.clone();
+        rec.stream = stream;
+    }
+    key.check_model(&model)?;
+    let candidates = gw.router.candidates(&model);
+    if candidates.is_empty() {
+        return Err(GatewayError::ModelNotFound(model));
+    }
+    let price = *gw
+        .config
+        .prices
+        .get(&model)
+        .ok_or_else(|| GatewayError::ModelNotPriced(model.clone()))?;
+
+    let estimate = Estimate::new(&price, &raw, output_limit::requested(route.protocol, &parsed));
+    let reservation = gw
+        .store
+        .reserve(
+            &key.rec.id,
+            &ctx.request_id,
+            estimate.min,
+            estimate.max,
+            ids::now_secs(),
+            gw.config.limits.reservation_ttl_secs,
+        )
+        .await
+        .map_err(|e| crate::api::store_error(&e))?
+        .map_err(|d| match d {
+            ReserveDenied::NotFound => GatewayError::UnknownKey,
+            ReserveDenied::Disabled => GatewayError::KeyDisabled,
+            ReserveDenied::Expired => GatewayError::KeyExpired,
+            ReserveDenied::QuotaExhausted => GatewayError::QuotaExhausted,
+        })?;
+    let mut guard = ReservationGuard::new(gw.store.clone(), reservation);
+    if let Some(cap) = estimate.output_cap(&price, guard.amount()) {
+        output_limit::cap(route.protocol, &mut parsed, cap);
+    }
+
+    let billing = Billing { price, fallback_input: raw.len() as u64 / 4 };
+    drop(raw);
+    let result = exchange(gw, session, ctx, route, &model, parsed, stream, &billing, &mut guard).await;
+    let cost = ctx.record.as_ref().map_or(0, |r| r.cost);
+    guard.settle(cost).await;
+    result
+}
+
+/// What settles the bill when the upstream reports no usage: the prompt estimated at four
+/// bytes a token (the output is unknown then and is not guessed).
+struct Billing {
+    price: Price,
+    fallback_input: u64,
+}
+
+impl Billing {
+    fn cost(&self, usage: Option<Usage>) -> (Usage, i64) {
+        let u = usage.unwrap_or(Usage {
+            input_tokens: self.fallback_input,
+            ..Usage::default()
+        });
+        (u, self.price.cost(&u))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn exchange(
+    gw: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    route: &Relay,
+    model: &str,
+    parsed: Value,
+    stream: bool,
+    billing: &Billing,
+    guard: &mut ReservationGuard,
+) -> Result<(), GatewayError> {
+    let candidates = gw.router.candidates(model);
+    let last = candidates.len().saturating_sub(1);
+    let client_headers = session.req_header().headers.clone();
+    let mut parsed = Some(parsed);
+    let mut failure = GatewayError::Upstream(UpstreamFailure::Connect);
+    for (i, channel) in candidates.into_iter().enumerate() {
+        // The body is translated per channel: siblings may speak other protocols.
+        let body = if i == last { parsed.take() } else { parsed.clone() }.ok_or(GatewayError::Internal)?;
+        let upstream_protocol = channel.protocol.wire();
+        let req = protocol::translate_request(
+            route.protocol,
+            upstream_protocol,
+            body,
+            &RequestOptions { upstream_model: channel.upstream_model(model), stream },
+        )
+        .map_err(|i| GatewayError::BadRequest { param: i.param, message: i.message })?;
+        let out = Outgoing {
+            path: &req.path,
+            body: Bytes::from(req.body),
+            stream,
+            client_headers: &client_headers,
+        };
+        ctx.record_mut().channel = channel.name.clone();
+        let mut ex = match Exchange::open(gw, channel, &out).await {
+            Ok(ex) => ex,
+            Err(OpenError::NotSent(e)) => {
+                failure = e;
+                continue;
+            }
+            Err(OpenError::Sent(e)) => return Err(e),
+        };
+        let status = ex.status();
+        if !(200..300).contains(&status) {
+            let body = ex.body(ERROR_BODY_LIMIT).await.unwrap_or_default();
+            tracing::warn!(
+                request_id = %ctx.request_id, channel = %ex.channel.name, status,
+                body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
+                "upstream error"
+            );
+            ex.finish(gw).await;
+            return Err(GatewayError::Upstream(UpstreamFailure::Status(status)));
+        }
+        let sse = !ex.content_type().contains("json");
+        return if stream && sse {
+            let sctx = stream::Plan {
+                upstream: upstream_protocol,
+                client: route.protocol,
+                client_model: model,
+                client_wants_usage: req.client_wants_usage,
+            };
+            stream::relay(gw, session, ctx, ex, sctx, billing, guard).await;
+            Ok(())
+        } else if stream {
+            ex.finish(gw).await;
+            Err(GatewayError::Upstream(UpstreamFailure::BadResponse))
+        } else {
+            whole(gw, session, ctx, ex, route.protocol, upstream_protocol, model, billing).await
+        };
+    }
+    Err(failure)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn whole(
+    gw: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    mut ex: Exchange,
+    client: Protocol,
+    upstream: Protocol,
+    model: &str,
+    billing: &Billing,
+) -> Result<(), GatewayError> {
+    let body = ex.body(gw.config.limits.max_response_bytes).await?;
+    ex.finish(gw).await;
+    let rctx = ResponseContext {
+        client_model: model,
+        request_id: &ctx.request_id,
+        created: ids::now_secs(),
+    };
+    let (out, usage) = protocol::translate_response(upstream, client, &body, &rctx).map_err(|e| {
+        tracing::warn!(request_id = %ctx.request_id, error = ?e, "upstream response not understood");
+        GatewayError::Upstream(UpstreamFailure::BadResponse)
+    })?;
+    let (usage, cost) = billing.cost(Some(usage));
+    let rec = ctx.record_mut();
+    rec.usage = usage;
+    rec.cost = cost;
+    respond(session, ctx, 200, "application/json", Bytes::from(out)).await;
+    Ok(())
+}

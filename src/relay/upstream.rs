@@ -1,0 +1,194 @@
+//! One HTTP exchange with an upstream over Pingora's pooled connector.
+//!
+//! Pingora re-sends a body read in `request_filter` only from its 64 KiB retry buffer,
+//! so body-routed requests are sent from here instead: header, whole body, then the
+//! response is read as it arrives (DESIGN.md, "The one Pingora fact").
+
+use crate::channels::{Channel, ChannelProtocol};
+use crate::errors::{GatewayError, UpstreamFailure};
+use crate::gateway::Gateway;
+use bytes::{Bytes, BytesMut};
+use pingora::http::RequestHeader;
+use pingora::protocols::http::client::HttpSession;
+use pingora::upstreams::peer::HttpPeer;
+use pingora::{Error, ErrorType};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Headers a client may pass on to an upstream of its own protocol; everything else the
+/// client sent (its credentials above all) stays at the gateway.
+const FORWARDED: &[(&str, ChannelProtocol)] = &[
+    ("anthropic-beta", ChannelProtocol::Anthropic),
+    ("openai-beta", ChannelProtocol::OpenAi),
+];
+
+/// `anthropic-version` when the client did not choose one (it is required upstream).
+const DEFAULT_MESSAGES_VERSION: &str = "2023-06-01";
+
+pub struct Outgoing<'a> {
+    pub path: &'a str,
+    pub body: Bytes,
+    pub stream: bool,
+    /// The client's request headers, for the few that are forwarded.
+    pub client_headers: &'a http::HeaderMap,
+}
+
+/// An exchange whose request was sent and whose response header has arrived.
+pub struct Exchange {
+    pub channel: Arc<Channel>,
+    http: HttpSession,
+    peer: HttpPeer,
+}
+
+/// Why opening an exchange failed: only `NotSent` may move on to the next channel.
+pub enum OpenError {
+    NotSent(GatewayError),
+    Sent(GatewayError),
+}
+
+impl Exchange {
+    pub async fn open(gw: &Gateway, channel: Arc<Channel>, out: &Outgoing<'_>) -> Result<Exchange, OpenError> {
+        let unreachable = || OpenError::NotSent(GatewayError::Upstream(UpstreamFailure::Connect));
+        let peer = channel.peer().await.map_err(|e| {
+            tracing::warn!(channel = %channel.name, error = %e, "upstream address lookup failed");
+            unreachable()
+        })?;
+        let header = request_header(&channel, out).map_err(|e| {
+            tracing::error!(channel = %channel.name, error = %e, "cannot build upstream request");
+            OpenError::NotSent(GatewayError::Internal)
+        })?;
+        // A pooled connection the upstream closed while idle fails on the first write;
+        // nothing reached the upstream then, so one fresh connection is tried.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let (mut http, reused) = gw.connector.get_http_session(&peer).await.map_err(|e| {
+                tracing::warn!(channel = %channel.name, error = %e, "upstream connect failed");
+                unreachable()
+            })?;
+            match send(&mut http, header.clone(), out.body.clone()).await {
+                Ok(()) => {}
+                Err(e) if reused && attempts == 1 => {
+                    tracing::debug!(channel = %channel.name, error = %e, "stale pooled connection");
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(channel = %channel.name, error = %e, "upstream write failed");
+                    return Err(OpenError::Sent(failure(&e)));
+                }
+            }
+            if let Err(e) = http.read_response_header().await {
+                tracing::warn!(channel = %channel.name, error = %e, "upstream response header failed");
+                return Err(OpenError::Sent(failure(&e)));
+            }
+            return Ok(Exchange { channel, http, peer });
+        }
+    }
+
+    pub fn status(&self) -> u16 {
+        self.http.response_header().map_or(0, |h| h.status.as_u16())
+    }
+
+    pub fn content_type(&self) -> &str {
+        self.http
+            .response_header()
+            .and_then(|h| h.headers.get(http::header::CONTENT_TYPE))
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+
+    /// The next piece of the body as it arrives; `None` at the end.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, GatewayError> {
+        self.http.read_response_body().await.map_err(|e| {
+            tracing::warn!(channel = %self.channel.name, error = %e, "upstream body read failed");
+            failure(&e)
+        })
+    }
+
+    /// The whole body, refusing more than `limit` bytes.
+    pub async fn body(&mut self, limit: usize) -> Result<Bytes, GatewayError> {
+        let mut buf = BytesMut::new();
+        while let Some(chunk) = self.chunk().await? {
+            if buf.len() + chunk.len() > limit {
+                tracing::warn!(channel = %self.channel.name, limit, "upstream response too large");
+                return Err(GatewayError::Upstream(UpstreamFailure::BadResponse));
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(buf.freeze())
+    }
+
+    /// Returns the connection to the pool if the response was read to its end;
+    /// otherwise it is closed.
+    pub async fn finish(mut self, gw: &Gateway) {
+        if self.http.response_done() {
+            gw.connector
+                .release_http_session(self.http, &self.peer, Some(Duration::from_secs(60)))
+                .await;
+        } else {
+            self.http.shutdown().await;
+        }
+    }
+}
+
+async fn send(http: &mut HttpSession, header: RequestHeader, body: Bytes) -> pingora::Result<()> {
+    http.write_request_header(Box::new(header)).await?;
+    http.write_request_body(body, true).await?;
+    http.finish_request_body().await
+}
+
+fn request_header(channel: &Channel, out: &Outgoing<'_>) -> pingora::Result<RequestHeader> {
+    let path = format!("{}{}", channel.path_prefix, out.path);
+    let mut h = RequestHeader::build("POST", path.as_bytes(), Some(8))?;
+    h.insert_header(http::header::HOST, channel.authority())?;
+    h.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+    h.insert_header(http::header::CONTENT_LENGTH, out.body.len().to_string())?;
+    h.insert_header(
+        http::header::ACCEPT,
+        if out.stream { "text/event-stream" } else { "application/json" },
+    )?;
+    h.insert_header(http::header::USER_AGENT, concat!("model-gateway/", env!("CARGO_PKG_VERSION")))?;
+    let key = channel.api_key.as_str();
+    match channel.protocol {
+        ChannelProtocol::OpenAi => {
+            if !key.is_empty() {
+                h.insert_header(http::header::AUTHORIZATION, format!("Bearer {key}"))?;
+            }
+        }
+        ChannelProtocol::Anthropic => {
+            if !key.is_empty() {
+                h.insert_header("x-api-key", key)?;
+            }
+            let version = ["anthropic-version", "msg-version"]
+                .iter()
+                .find_map(|n| out.client_headers.get(*n).and_then(|v| v.to_str().ok()))
+                .unwrap_or(DEFAULT_MESSAGES_VERSION);
+            h.insert_header("anthropic-version", version.to_string())?;
+        }
+        ChannelProtocol::Gemini => {
+            if !key.is_empty() {
+                h.insert_header("x-goog-api-key", key)?;
+            }
+        }
+    }
+    for (name, proto) in FORWARDED {
+        if *proto == channel.protocol {
+            if let Some(v) = out.client_headers.get(*name) {
+                h.insert_header(*name, v.clone())?;
+            }
+        }
+    }
+    Ok(h)
+}
+
+/// Maps a transport error to the failure kind shown to the client.
+pub fn failure(e: &Error) -> GatewayError {
+    let kind = match e.etype() {
+        ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
+            UpstreamFailure::Timeout
+        }
+        ErrorType::InvalidHTTPHeader | ErrorType::H1Error | ErrorType::H2Error => UpstreamFailure::BadResponse,
+        _ => UpstreamFailure::Broken,
+    };
+    GatewayError::Upstream(kind)
+}

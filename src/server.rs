@@ -1,0 +1,123 @@
+//! Assembling the Pingora services: the client listener (the proxy) and the admin
+//! listener. [`serve`] runs them under Pingora's `Server` (signals, graceful shutdown);
+//! [`spawn`] runs them on the current Tokio runtime over listeners the caller already
+//! bound, which is how tests and benchmarks run real gateways on ephemeral ports.
+
+use crate::api::admin::AdminApp;
+use crate::config::Config;
+use crate::gateway::{open_store, Gateway};
+use crate::proxy::GatewayProxy;
+use crate::store::Store;
+use parking_lot::Mutex;
+use pingora::server::configuration::ServerConf;
+use pingora::server::{Fds, Server};
+use pingora::services::listening::Service as Listening;
+use pingora::services::Service as _;
+use std::net::TcpListener;
+use std::os::fd::IntoRawFd;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+fn server_conf(config: &Config) -> ServerConf {
+    let threads = config
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    ServerConf {
+        threads,
+        work_stealing: true,
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(5),
+        ..ServerConf::default()
+    }
+}
+
+fn proxy_service(
+    gw: Arc<Gateway>,
+    conf: &Arc<ServerConf>,
+) -> Listening<pingora::proxy::HttpProxy<GatewayProxy>> {
+    let mut svc = pingora::proxy::http_proxy_service_with_name(conf, GatewayProxy::new(gw.clone()), "gateway");
+    svc.add_tcp(&gw.config.listen.to_string());
+    svc
+}
+
+fn admin_service(gw: Arc<Gateway>) -> Option<Listening<AdminApp>> {
+    let admin = gw.config.admin.clone()?;
+    let mut svc = Listening::new("admin".into(), AdminApp::new(gw, admin.token));
+    svc.add_tcp(&admin.listen.to_string());
+    Some(svc)
+}
+
+/// Runs the gateway until a signal stops it. Never returns.
+pub fn serve(config: Config) -> Result<(), String> {
+    // The store's connections live on a runtime of their own, alive for the whole
+    // process; Pingora's service runtimes call into it.
+    let store_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("store")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the store runtime: {e}"))?;
+    let store: Arc<dyn Store> = store_rt
+        .block_on(open_store(&config.store, true))
+        .map_err(|e| format!("cannot open the store: {e}"))?;
+    let conf = server_conf(&config);
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+    let gw = Arc::new(Gateway::new(Arc::new(config), store));
+    tracing::info!(listen = %gw.config.listen, channels = gw.config.channels.len(), "model-gateway starting");
+    server.add_service(proxy_service(gw.clone(), &server.configuration));
+    if let Some(admin) = admin_service(gw) {
+        server.add_service(admin);
+    }
+    // Keep the store runtime alive for as long as the server runs.
+    let _keep = store_rt;
+    server.run_forever()
+}
+
+/// A gateway running inside the current process.
+pub struct Running {
+    pub gateway: Arc<Gateway>,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Running {
+    /// Stops accepting connections.
+    pub fn shutdown(&self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+/// Starts a gateway on the current Tokio runtime, serving on listeners already bound
+/// (port 0 gives an ephemeral port with no race). `config.listen` and `config.admin` are
+/// replaced by the listeners' addresses.
+pub fn spawn(
+    mut config: Config,
+    store: Arc<dyn Store>,
+    listener: TcpListener,
+    admin: Option<TcpListener>,
+) -> std::io::Result<Running> {
+    let mut fds = Fds::new();
+    config.listen = listener.local_addr()?;
+    fds.add(config.listen.to_string(), listener.into_raw_fd());
+    if let (Some(a), Some(l)) = (config.admin.as_mut(), admin) {
+        a.listen = l.local_addr()?;
+        fds.add(a.listen.to_string(), l.into_raw_fd());
+    }
+    let conf = Arc::new(server_conf(&config));
+    let gw = Arc::new(Gateway::new(Arc::new(config), store));
+    let fds = Arc::new(Mutex::new(fds));
+    let (tx, rx) = watch::channel(false);
+    let mut proxy = proxy_service(gw.clone(), &conf);
+    let (f, r) = (fds.clone(), rx.clone());
+    tokio::spawn(async move { proxy.start_service(Some(f), r, 1).await });
+    if let Some(mut admin) = admin_service(gw.clone()) {
+        tokio::spawn(async move { admin.start_service(Some(fds), rx, 1).await });
+    }
+    Ok(Running { gateway: gw, shutdown: tx })
+}

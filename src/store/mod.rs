@@ -1,0 +1,228 @@
+//! Durable state: API keys, quota, rate counters, usage records.
+//!
+//! One [`Store`] trait, two backends with the same semantics:
+//! - [`embedded`]: single node, no external service, durable on local disk (the default);
+//! - [`redis`]: shared by any number of gateway instances; every check-and-change is one
+//!   Lua script, so concurrent requests on all instances can never spend past a key's cap.
+//!
+//! This module depends on no other module of the crate: the rest of the gateway talks to
+//! state only through these types.
+
+pub mod embedded;
+pub mod redis;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Money, as an integer count of micro-USD (1 USD = 1_000_000). Never a float.
+pub type Micros = i64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyStatus {
+    Enabled,
+    Disabled,
+}
+
+impl KeyStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyStatus::Enabled => "enabled",
+            KeyStatus::Disabled => "disabled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<KeyStatus> {
+        match s {
+            "enabled" => Some(KeyStatus::Enabled),
+            "disabled" => Some(KeyStatus::Disabled),
+            _ => None,
+        }
+    }
+}
+
+/// A key as stored. The secret itself is never stored: only `hash` (hex SHA-256 of the
+/// full key). `id` is public and derived from the hash (see `auth::key_id`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRecord {
+    pub id: String,
+    /// Lowercase hex SHA-256 of the full `sk-...` key.
+    pub hash: String,
+    /// `sk-abc…wxyz`, fixed at creation.
+    pub display: String,
+    pub name: String,
+    pub status: KeyStatus,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// Unix seconds; `None` = never expires.
+    pub expires_at: Option<i64>,
+    /// Model whitelist; empty = every model.
+    pub models: Vec<String>,
+    /// CIDRs or single addresses, already validated; empty = any address.
+    pub allow_ips: Vec<String>,
+    /// Requests per minute; `None` = unlimited.
+    pub rpm: Option<u32>,
+    /// Spend cap; `None` = unlimited.
+    pub quota_limit: Option<Micros>,
+    /// Settled spend. Reservations in flight are not included.
+    pub quota_used: Micros,
+}
+
+/// A partial update. `None` leaves a field as it is; `Some(None)` clears an optional field.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyPatch {
+    pub name: Option<String>,
+    pub status: Option<KeyStatus>,
+    pub expires_at: Option<Option<i64>>,
+    pub models: Option<Vec<String>>,
+    pub allow_ips: Option<Vec<String>>,
+    pub rpm: Option<Option<u32>>,
+    pub quota_limit: Option<Option<Micros>>,
+}
+
+impl KeyPatch {
+    /// Applies the patch to a record (used by both backends so they agree exactly).
+    pub fn apply(&self, rec: &mut KeyRecord) {
+        if let Some(v) = &self.name {
+            rec.name = v.clone();
+        }
+        if let Some(v) = self.status {
+            rec.status = v;
+        }
+        if let Some(v) = self.expires_at {
+            rec.expires_at = v;
+        }
+        if let Some(v) = &self.models {
+            rec.models = v.clone();
+        }
+        if let Some(v) = &self.allow_ips {
+            rec.allow_ips = v.clone();
+        }
+        if let Some(v) = self.rpm {
+            rec.rpm = v;
+        }
+        if let Some(v) = self.quota_limit {
+            rec.quota_limit = v;
+        }
+    }
+}
+
+/// Money held for one request between `reserve` and `settle`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    /// Unique per reservation (the request id is a good choice).
+    pub id: String,
+    pub key_id: String,
+    /// What was granted; may be less than the `max` asked for.
+    pub amount: Micros,
+}
+
+/// Why a reservation was not granted. Checked atomically with the grant itself, so a
+/// key disabled or expired a moment ago cannot reserve on any instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReserveDenied {
+    NotFound,
+    Disabled,
+    Expired,
+    /// `quota_limit - quota_used - reserved < min`.
+    QuotaExhausted,
+}
+
+/// One record per request (spec 7.1: served by `GET /api/log/token`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRecord {
+    pub request_id: String,
+    /// Unix milliseconds when the request arrived.
+    pub time_ms: i64,
+    pub key_id: String,
+    /// The client-facing path, e.g. `/v1/chat/completions`.
+    pub endpoint: String,
+    /// The model name the caller used.
+    pub model: String,
+    /// The channel's configured name (never its host or key).
+    pub channel: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub cached_tokens: u64,
+    pub cost: Micros,
+    /// HTTP status returned to the client.
+    pub status: u16,
+    pub latency_ms: u64,
+    pub stream: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// The backing service cannot be reached right now (Redis down, connection lost).
+    /// The request fails with 503; the store reconnects by itself.
+    Unavailable(String),
+    /// A record with the same id already exists.
+    Conflict(String),
+    /// Anything else: corrupt data, disk errors. The request fails with 500.
+    Internal(String),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Unavailable(m) => write!(f, "store unavailable: {m}"),
+            StoreError::Conflict(m) => write!(f, "store conflict: {m}"),
+            StoreError::Internal(m) => write!(f, "store error: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// The state the gateway needs. Every method is safe to call concurrently from any
+/// number of tasks and, for shared backends, from any number of gateway instances.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Inserts a new key. `Conflict` if the id exists.
+    async fn create_key(&self, rec: &KeyRecord) -> StoreResult<()>;
+    /// The key with this id, with its current `quota_used`.
+    async fn get_key(&self, id: &str) -> StoreResult<Option<KeyRecord>>;
+    /// Every key, sorted by `created_at` then `id`.
+    async fn list_keys(&self) -> StoreResult<Vec<KeyRecord>>;
+    /// Applies the patch atomically; `None` if the id does not exist.
+    async fn update_key(&self, id: &str, patch: &KeyPatch) -> StoreResult<Option<KeyRecord>>;
+    /// Removes the key (its usage records may stay); `false` if it did not exist.
+    async fn delete_key(&self, id: &str) -> StoreResult<bool>;
+
+    /// Atomically checks the key (exists, enabled, not expired at `now` unix seconds) and
+    /// holds money for one request: grants `min(max, available)` when
+    /// `available >= min`, where `available = quota_limit - quota_used - reserved`
+    /// (unlimited keys always get `max`). `min <= max`, both >= 0. A reservation not
+    /// settled within `ttl_secs` is released on its own (a crashed instance cannot hold
+    /// quota forever).
+    async fn reserve(
+        &self,
+        key_id: &str,
+        reservation_id: &str,
+        min: Micros,
+        max: Micros,
+        now: i64,
+        ttl_secs: u64,
+    ) -> StoreResult<Result<Reservation, ReserveDenied>>;
+
+    /// Releases the reservation and adds `actual` (>= 0) to `quota_used`, atomically.
+    /// `actual` is charged even when the reservation already expired (the money was spent
+    /// upstream). The caller settles each reservation exactly once. A refund is
+    /// `settle(r, 0)`. Durable when it returns.
+    async fn settle(&self, reservation: &Reservation, actual: Micros) -> StoreResult<()>;
+
+    /// Counts one request against the key's per-minute limit; `true` if it is allowed.
+    /// The count is shared by every instance on the same store.
+    async fn rate_hit(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<bool>;
+
+    /// Appends a usage record. Durable when it returns.
+    async fn append_usage(&self, rec: &UsageRecord) -> StoreResult<()>;
+    /// The key's latest records, newest first, at most `limit`.
+    async fn recent_usage(&self, key_id: &str, limit: usize) -> StoreResult<Vec<UsageRecord>>;
+
+    /// Cheap health probe (a PING, or nothing for the embedded store).
+    async fn ping(&self) -> StoreResult<()>;
+}

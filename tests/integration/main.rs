@@ -1,0 +1,16 @@
+//! Integration tests: real gateways in-process on ephemeral ports, mock upstreams in
+//! Rust, and a private `redis-server` per test that needs one.
+
+#[path = "../support/gateway.rs"]
+mod gateway;
+#[path = "../support/mock_upstream.rs"]
+mod mock_upstream;
+#[path = "../support/redis.rs"]
+mod redis_server;
+
+mod auth;
+mod chat;
+mod local;
+mod quota;
+mod sdk;
+mod stores;
