@@ -152,14 +152,20 @@ impl GatewayError {
             IpNotAllowed => "Requests from this IP address are not allowed for this key.".into(),
             ModelNotAllowed(m) => format!("The model `{m}` is not allowed for this key."),
             QuotaExhausted => "The key's quota is exhausted.".into(),
-            ModelNotPriced(m) => format!("The model `{m}` has no price configured and cannot be billed."),
+            ModelNotPriced(m) => {
+                format!("The model `{m}` has no price configured and cannot be billed.")
+            }
             NotFound => "Unknown path.".into(),
             ModelNotFound(m) => format!("The model `{m}` does not exist or is not served."),
             TaskNotFound => "Task not found.".into(),
             KeyNotFound => "API key not found.".into(),
             MethodNotAllowed => "Method not allowed on this path.".into(),
-            BodyTooLarge(limit) => format!("Request body is larger than the limit of {limit} bytes."),
-            RateLimited => "Rate limit reached for this key; retry with exponential backoff.".into(),
+            BodyTooLarge(limit) => {
+                format!("Request body is larger than the limit of {limit} bytes.")
+            }
+            RateLimited => {
+                "Rate limit reached for this key; retry with exponential backoff.".into()
+            }
             NotImplemented => "This endpoint is not implemented.".into(),
             StoreUnavailable => "The gateway's store is unavailable; retry later.".into(),
             Internal => "The gateway failed to process the request.".into(),
@@ -215,13 +221,23 @@ fn upstream_message(f: UpstreamFailure) -> &'static str {
         UpstreamFailure::Connect => "The upstream provider could not be reached.",
         UpstreamFailure::Timeout => "The upstream provider did not respond in time.",
         UpstreamFailure::BadResponse => "The upstream provider returned an invalid response.",
-        UpstreamFailure::Broken => "The upstream provider closed the connection before the response was complete.",
-        UpstreamFailure::Status(400 | 422) => "The upstream provider rejected the request as invalid.",
-        UpstreamFailure::Status(404) => "The upstream provider could not find the requested resource.",
+        UpstreamFailure::Broken => {
+            "The upstream provider closed the connection before the response was complete."
+        }
+        UpstreamFailure::Status(400 | 422) => {
+            "The upstream provider rejected the request as invalid."
+        }
+        UpstreamFailure::Status(404) => {
+            "The upstream provider could not find the requested resource."
+        }
         UpstreamFailure::Status(409) => "The upstream provider reported a conflict.",
         UpstreamFailure::Status(413) => "The request is too large for the upstream provider.",
-        UpstreamFailure::Status(429) => "The upstream provider is rate limiting requests; retry with backoff.",
-        UpstreamFailure::Status(401 | 403 | 407) => "The upstream provider refused the gateway's credentials.",
+        UpstreamFailure::Status(429) => {
+            "The upstream provider is rate limiting requests; retry with backoff."
+        }
+        UpstreamFailure::Status(401 | 403 | 407) => {
+            "The upstream provider refused the gateway's credentials."
+        }
         UpstreamFailure::Status(_) => "The upstream provider failed to process the request.",
     }
 }
@@ -261,7 +277,10 @@ mod tests {
     fn default_envelope() {
         let e = GatewayError::bad_request(Some("messages"), "messages is required");
         let v: Value = serde_json::from_slice(&e.body(ErrorShape::Default, "abc")).unwrap();
-        assert_eq!(v["error"]["message"], "messages is required (request id: abc)");
+        assert_eq!(
+            v["error"]["message"],
+            "messages is required (request id: abc)"
+        );
         assert_eq!(v["error"]["type"], "gateway_error");
         assert_eq!(v["error"]["param"], "messages");
         assert_eq!(v["error"]["code"], "invalid_request");
@@ -274,7 +293,10 @@ mod tests {
         let v: Value = serde_json::from_slice(&e.body(ErrorShape::Messages, "r1")).unwrap();
         assert_eq!(v["type"], "error");
         assert_eq!(v["error"]["type"], "permission_error");
-        assert!(v["error"]["message"].as_str().unwrap().ends_with("(request id: r1)"));
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("(request id: r1)"));
     }
 
     #[test]

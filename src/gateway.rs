@@ -45,6 +45,8 @@ pub async fn open_store(cfg: &StoreConfig, exclusive: bool) -> Result<Arc<dyn St
             }
             Ok(Arc::new(s))
         }
-        StoreConfig::Redis { urls, cluster } => Ok(Arc::new(RedisStore::connect(urls, *cluster).await?)),
+        StoreConfig::Redis { urls, cluster } => {
+            Ok(Arc::new(RedisStore::connect(urls, *cluster).await?))
+        }
     }
 }

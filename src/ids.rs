@@ -49,7 +49,11 @@ pub fn now_secs() -> i64 {
 /// A request id: 12 hex digits of Unix milliseconds, then 16 random hex digits. Sorting
 /// ids as strings sorts them by arrival time.
 pub fn request_id() -> String {
-    format!("{:012x}{:016x}", now_ms() as u64 & 0xFFFF_FFFF_FFFF, fast_random())
+    format!(
+        "{:012x}{:016x}",
+        now_ms() as u64 & 0xFFFF_FFFF_FFFF,
+        fast_random()
+    )
 }
 
 #[cfg(test)]

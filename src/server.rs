@@ -35,7 +35,11 @@ fn proxy_service(
     gw: Arc<Gateway>,
     conf: &Arc<ServerConf>,
 ) -> Listening<pingora::proxy::HttpProxy<GatewayProxy>> {
-    let mut svc = pingora::proxy::http_proxy_service_with_name(conf, GatewayProxy::new(gw.clone()), "gateway");
+    let mut svc = pingora::proxy::http_proxy_service_with_name(
+        conf,
+        GatewayProxy::new(gw.clone()),
+        "gateway",
+    );
     svc.add_tcp(&gw.config.listen.to_string());
     svc
 }
@@ -103,9 +107,12 @@ pub fn spawn(
     admin: Option<TcpListener>,
 ) -> std::io::Result<Running> {
     let mut fds = Fds::new();
+    // Pingora adopts an inherited fd as it is; a blocking one would stall a worker in accept().
+    listener.set_nonblocking(true)?;
     config.listen = listener.local_addr()?;
     fds.add(config.listen.to_string(), listener.into_raw_fd());
     if let (Some(a), Some(l)) = (config.admin.as_mut(), admin) {
+        l.set_nonblocking(true)?;
         a.listen = l.local_addr()?;
         fds.add(a.listen.to_string(), l.into_raw_fd());
     }
@@ -119,5 +126,8 @@ pub fn spawn(
     if let Some(mut admin) = admin_service(gw.clone()) {
         tokio::spawn(async move { admin.start_service(Some(fds), rx, 1).await });
     }
-    Ok(Running { gateway: gw, shutdown: tx })
+    Ok(Running {
+        gateway: gw,
+        shutdown: tx,
+    })
 }

@@ -67,7 +67,10 @@ impl AdminApp {
             (Method::DELETE, Some(id)) => {
                 keys::revoke(store, &id).await?;
                 self.gw.keys.invalidate(&id);
-                Ok((200, serde_json::json!({"id": id, "object": "api_key", "deleted": true})))
+                Ok((
+                    200,
+                    serde_json::json!({"id": id, "object": "api_key", "deleted": true}),
+                ))
             }
             _ => Err(GatewayError::MethodNotAllowed),
         }
@@ -103,7 +106,12 @@ async fn read_body(s: &mut ServerSession) -> Result<Vec<u8>, GatewayError> {
                 buf.extend_from_slice(&chunk);
             }
             Ok(None) => return Ok(buf.to_vec()),
-            Err(_) => return Err(GatewayError::bad_request(None, "The request body could not be read.")),
+            Err(_) => {
+                return Err(GatewayError::bad_request(
+                    None,
+                    "The request body could not be read.",
+                ))
+            }
         }
     }
 }

@@ -49,11 +49,11 @@ impl KeyInput {
         serde_json::from_slice(body).map_err(|e| {
             let msg = e.to_string();
             // serde names the offending field in its message; surface it as `param`.
-            let param = msg
-                .split('`')
-                .nth(1)
-                .map(str::to_string);
-            GatewayError::BadRequest { param, message: format!("Invalid key JSON: {msg}") }
+            let param = msg.split('`').nth(1).map(str::to_string);
+            GatewayError::BadRequest {
+                param,
+                message: format!("Invalid key JSON: {msg}"),
+            }
         })
     }
 
@@ -68,13 +68,17 @@ impl KeyInput {
         }
         if let Some(s) = &self.status {
             p.status = Some(
-                KeyStatus::parse(s).ok_or_else(|| bad("status", "`status` must be `enabled` or `disabled`"))?,
+                KeyStatus::parse(s)
+                    .ok_or_else(|| bad("status", "`status` must be `enabled` or `disabled`"))?,
             );
         }
         if let Some(models) = &self.models {
             for (i, m) in models.iter().enumerate() {
                 if m.trim().is_empty() {
-                    return Err(bad(&format!("models[{i}]"), "model names must not be empty"));
+                    return Err(bad(
+                        &format!("models[{i}]"),
+                        "model names must not be empty",
+                    ));
                 }
             }
             p.models = Some(models.clone());
@@ -83,7 +87,10 @@ impl KeyInput {
             p.quota_limit = Some(match q {
                 None => None,
                 Some(usd) => Some(usd_to_micros(usd).ok_or_else(|| {
-                    bad("quota_usd", "`quota_usd` must be a non-negative number of USD")
+                    bad(
+                        "quota_usd",
+                        "`quota_usd` must be a non-negative number of USD",
+                    )
                 })?),
             });
         }
@@ -101,7 +108,10 @@ impl KeyInput {
             let mut norm = Vec::with_capacity(ips.len());
             for (i, s) in ips.iter().enumerate() {
                 let net = parse_net(s).ok_or_else(|| {
-                    bad(&format!("allow_ips[{i}]"), format!("`{s}` is not an IP address or CIDR"))
+                    bad(
+                        &format!("allow_ips[{i}]"),
+                        format!("`{s}` is not an IP address or CIDR"),
+                    )
                 })?;
                 norm.push(net.to_string());
             }
@@ -118,7 +128,9 @@ impl KeyInput {
 }
 
 pub fn usd_to_micros(usd: f64) -> Option<Micros> {
-    (0.0..9e12).contains(&usd).then(|| (usd * 1_000_000.0).round() as Micros)
+    (0.0..9e12)
+        .contains(&usd)
+        .then(|| (usd * 1_000_000.0).round() as Micros)
 }
 
 pub fn micros_to_usd(m: Micros) -> f64 {
@@ -154,7 +166,10 @@ pub fn store_err(e: crate::store::StoreError) -> GatewayError {
 }
 
 /// Creates a key; the secret is in the returned view's `key`, and nowhere else, ever.
-pub async fn create(store: &dyn Store, input: &KeyInput) -> Result<(KeyRecord, Value), GatewayError> {
+pub async fn create(
+    store: &dyn Store,
+    input: &KeyInput,
+) -> Result<(KeyRecord, Value), GatewayError> {
     let patch = input.to_patch()?;
     let secret = keys::generate().map_err(|_| GatewayError::Internal)?;
     let hash = keys::hash(&secret);
@@ -192,7 +207,11 @@ pub async fn show(store: &dyn Store, id: &str) -> Result<KeyRecord, GatewayError
         .ok_or(GatewayError::KeyNotFound)
 }
 
-pub async fn update(store: &dyn Store, id: &str, input: &KeyInput) -> Result<KeyRecord, GatewayError> {
+pub async fn update(
+    store: &dyn Store,
+    id: &str,
+    input: &KeyInput,
+) -> Result<KeyRecord, GatewayError> {
     let patch = input.to_patch()?;
     store
         .update_key(id, &patch)
@@ -229,9 +248,15 @@ mod tests {
             .to_patch()
             .unwrap_err();
         assert_eq!(e.param(), Some("allow_ips[1]"));
-        let e = KeyInput::from_json(br#"{"quota_usd": -1}"#).unwrap().to_patch().unwrap_err();
+        let e = KeyInput::from_json(br#"{"quota_usd": -1}"#)
+            .unwrap()
+            .to_patch()
+            .unwrap_err();
         assert_eq!(e.param(), Some("quota_usd"));
-        let e = KeyInput::from_json(br#"{"expires_at": "tomorrow"}"#).unwrap().to_patch().unwrap_err();
+        let e = KeyInput::from_json(br#"{"expires_at": "tomorrow"}"#)
+            .unwrap()
+            .to_patch()
+            .unwrap_err();
         assert_eq!(e.param(), Some("expires_at"));
         assert!(KeyInput::from_json(br#"{"quota": 1}"#).is_err());
     }

@@ -31,7 +31,10 @@ pub fn list_format(headers: &http::HeaderMap, query: Option<&str>) -> ListFormat
     let has = |n: &str| headers.contains_key(n);
     if has("x-api-key") && (has("msg-version") || has("anthropic-version")) {
         ListFormat::Messages
-    } else if has("x-gen-api-key") || has("x-goog-api-key") || credentials::query_param(query, "key").is_some() {
+    } else if has("x-gen-api-key")
+        || has("x-goog-api-key")
+        || credentials::query_param(query, "key").is_some()
+    {
         ListFormat::Gemini
     } else {
         ListFormat::Default
@@ -39,7 +42,10 @@ pub fn list_format(headers: &http::HeaderMap, query: Option<&str>) -> ListFormat
 }
 
 fn visible<'a>(gw: &'a Gateway, key: &'a AuthKey) -> impl Iterator<Item = &'a str> + 'a {
-    gw.router.models().into_iter().filter(|m| key.allows_model(m))
+    gw.router
+        .models()
+        .into_iter()
+        .filter(|m| key.allows_model(m))
 }
 
 fn owner(gw: &Gateway, model: &str) -> &'static str {
@@ -83,7 +89,13 @@ pub fn models(gw: &Gateway, key: &AuthKey, format: ListFormat) -> Value {
     }
 }
 
-pub async fn serve_models(gw: &Gateway, session: &mut Session, ctx: &mut Ctx, key: &AuthKey, format: ListFormat) {
+pub async fn serve_models(
+    gw: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    key: &AuthKey,
+    format: ListFormat,
+) {
     let body = models(gw, key, format);
     respond_json(session, ctx, 200, body.to_string().into_bytes()).await;
 }
@@ -104,7 +116,12 @@ pub async fn serve_gemini_model(
 }
 
 /// `GET /api/usage/token`: the caller's own key, read fresh from the store.
-pub async fn serve_usage(gw: &Gateway, session: &mut Session, ctx: &mut Ctx, key: &AuthKey) -> Result<(), GatewayError> {
+pub async fn serve_usage(
+    gw: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    key: &AuthKey,
+) -> Result<(), GatewayError> {
     let rec = gw
         .store
         .get_key(&key.rec.id)
@@ -164,7 +181,9 @@ pub async fn serve_log(
             .parse::<usize>()
             .ok()
             .filter(|n| (1..=LOG_MAX).contains(n))
-            .ok_or_else(|| GatewayError::bad_request(Some("limit"), format!("`limit` must be 1 to {LOG_MAX}")))?,
+            .ok_or_else(|| {
+                GatewayError::bad_request(Some("limit"), format!("`limit` must be 1 to {LOG_MAX}"))
+            })?,
     };
     let recs = gw
         .store

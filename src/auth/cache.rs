@@ -42,7 +42,11 @@ impl KeyCache {
             let map = self.map.read();
             match map.get(id) {
                 Some(e) => {
-                    let ttl = if e.key.is_some() { self.ttl } else { NEGATIVE_TTL };
+                    let ttl = if e.key.is_some() {
+                        self.ttl
+                    } else {
+                        NEGATIVE_TTL
+                    };
                     if e.fetched.elapsed() < ttl {
                         return matching(&e.key, hash);
                     }

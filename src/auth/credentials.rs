@@ -12,7 +12,11 @@ pub struct Accepts {
 }
 
 /// The credential as sent, or `None` when the request carries none.
-pub fn extract<'a>(headers: &'a HeaderMap, query: Option<&'a str>, accepts: Accepts) -> Option<String> {
+pub fn extract<'a>(
+    headers: &'a HeaderMap,
+    query: Option<&'a str>,
+    accepts: Accepts,
+) -> Option<String> {
     if let Some(v) = headers.get(http::header::AUTHORIZATION) {
         if let Ok(s) = v.to_str() {
             let s = s.trim();
@@ -86,7 +90,10 @@ mod tests {
     #[test]
     fn bearer_any_case_and_bare() {
         for v in ["Bearer sk-1", "bearer sk-1", "BEARER  sk-1", "sk-1"] {
-            assert_eq!(extract(&h(&[("authorization", v)]), None, Accepts::default()).as_deref(), Some("sk-1"));
+            assert_eq!(
+                extract(&h(&[("authorization", v)]), None, Accepts::default()).as_deref(),
+                Some("sk-1")
+            );
         }
     }
 
@@ -99,9 +106,21 @@ mod tests {
 
     #[test]
     fn gen_key_forms() {
-        assert_eq!(extract(&h(&[("x-goog-api-key", "sk-3")]), None, ALL).as_deref(), Some("sk-3"));
-        assert_eq!(extract(&h(&[("x-gen-api-key", "sk-3")]), None, ALL).as_deref(), Some("sk-3"));
-        assert_eq!(extract(&HeaderMap::new(), Some("alt=sse&key=sk-4"), ALL).as_deref(), Some("sk-4"));
-        assert_eq!(extract(&HeaderMap::new(), Some("key=sk-4"), Accepts::default()), None);
+        assert_eq!(
+            extract(&h(&[("x-goog-api-key", "sk-3")]), None, ALL).as_deref(),
+            Some("sk-3")
+        );
+        assert_eq!(
+            extract(&h(&[("x-gen-api-key", "sk-3")]), None, ALL).as_deref(),
+            Some("sk-3")
+        );
+        assert_eq!(
+            extract(&HeaderMap::new(), Some("alt=sse&key=sk-4"), ALL).as_deref(),
+            Some("sk-4")
+        );
+        assert_eq!(
+            extract(&HeaderMap::new(), Some("key=sk-4"), Accepts::default()),
+            None
+        );
     }
 }

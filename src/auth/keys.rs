@@ -32,7 +32,9 @@ pub fn random_base62(n: usize) -> Result<String, ring::error::Unspecified> {
 pub fn is_well_formed(key: &str) -> bool {
     key.len() == PREFIX.len() + BODY_LEN
         && key.starts_with(PREFIX)
-        && key.as_bytes()[PREFIX.len()..].iter().all(u8::is_ascii_alphanumeric)
+        && key.as_bytes()[PREFIX.len()..]
+            .iter()
+            .all(u8::is_ascii_alphanumeric)
 }
 
 /// Lowercase hex SHA-256 of the key.

@@ -121,7 +121,10 @@ mod tests {
         assert!(k.check_ip(Some("::ffff:10.1.2.3".parse().unwrap())).is_ok());
         assert!(k.check_ip(Some("2001:db8::1".parse().unwrap())).is_ok());
         assert!(k.check_ip(Some("192.0.2.7".parse().unwrap())).is_ok());
-        assert_eq!(k.check_ip(Some("192.0.2.8".parse().unwrap())), Err(GatewayError::IpNotAllowed));
+        assert_eq!(
+            k.check_ip(Some("192.0.2.8".parse().unwrap())),
+            Err(GatewayError::IpNotAllowed)
+        );
         assert!(key(&[], &[]).check_ip(None).is_ok());
     }
 
@@ -140,8 +143,14 @@ mod tests {
         let peer = Some("127.0.0.1".parse().unwrap());
         let other = Some("203.0.113.9".parse().unwrap());
         assert_eq!(client_ip(other, Some("1.1.1.1"), &trusted), other);
-        assert_eq!(client_ip(peer, Some("1.1.1.1, 2.2.2.2"), &trusted), Some("2.2.2.2".parse().unwrap()));
-        assert_eq!(client_ip(peer, Some("2.2.2.2, 127.0.0.1"), &trusted), Some("2.2.2.2".parse().unwrap()));
+        assert_eq!(
+            client_ip(peer, Some("1.1.1.1, 2.2.2.2"), &trusted),
+            Some("2.2.2.2".parse().unwrap())
+        );
+        assert_eq!(
+            client_ip(peer, Some("2.2.2.2, 127.0.0.1"), &trusted),
+            Some("2.2.2.2".parse().unwrap())
+        );
         assert_eq!(client_ip(peer, None, &trusted), peer);
     }
 }

@@ -42,7 +42,8 @@ impl ReservationGuard {
         self.charge_on_drop = cost;
     }
 
-    pub async fn settle(mut self, actual: Micros) -> SettleOutcome {
+    /// Settles once; later calls do nothing.
+    pub async fn settle(&mut self, actual: Micros) -> SettleOutcome {
         let Some(r) = self.reservation.take() else {
             return SettleOutcome::Settled;
         };

@@ -41,7 +41,9 @@ impl Price {
     pub fn from_raw(p: &RawPrice) -> Result<Price, String> {
         let conv = |usd_per_m: f64, what: &str| -> Result<u64, String> {
             if !(0.0..=1_000_000.0).contains(&usd_per_m) {
-                return Err(format!("{what} must be a non-negative number of USD per 1M tokens"));
+                return Err(format!(
+                    "{what} must be a non-negative number of USD per 1M tokens"
+                ));
             }
             // USD per 1M tokens == micro-USD per token; keep 6 more digits as pico.
             Ok((usd_per_m * 1_000_000.0).round() as u64)
@@ -76,7 +78,9 @@ impl Price {
 
     /// Upper bound of the input cost of a request body of this size.
     pub fn input_bound(&self, body: &[u8]) -> Micros {
-        pico_to_micros(input_token_bound(body) as u128 * self.input_pico.max(self.cache_write_pico) as u128)
+        pico_to_micros(
+            input_token_bound(body) as u128 * self.input_pico.max(self.cache_write_pico) as u128,
+        )
     }
 
     /// Cost of `n` output tokens.

@@ -85,7 +85,11 @@ impl Channel {
             let all: Vec<_> = ChannelProtocol::ALL.iter().map(|p| p.as_str()).collect();
             config_err(
                 format!("{path}.protocol"),
-                format!("unknown protocol `{}`; expected one of {}", c.protocol, all.join(", ")),
+                format!(
+                    "unknown protocol `{}`; expected one of {}",
+                    c.protocol,
+                    all.join(", ")
+                ),
             )
         })?;
         let url = url::Url::parse(&c.base_url)
@@ -101,7 +105,10 @@ impl Channel {
             }
         };
         if url.query().is_some() || url.fragment().is_some() {
-            return Err(config_err(format!("{path}.base_url"), "must not have a query or fragment"));
+            return Err(config_err(
+                format!("{path}.base_url"),
+                "must not have a query or fragment",
+            ));
         }
         let host = url
             .host_str()
@@ -109,14 +116,22 @@ impl Channel {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();
-        let port = url.port_or_known_default().unwrap_or(if tls { 443 } else { 80 });
+        let port = url
+            .port_or_known_default()
+            .unwrap_or(if tls { 443 } else { 80 });
         let path_prefix = url.path().trim_end_matches('/').to_string();
         if c.models.is_empty() {
-            return Err(config_err(format!("{path}.models"), "must list at least one model"));
+            return Err(config_err(
+                format!("{path}.models"),
+                "must list at least one model",
+            ));
         }
         for (i, m) in c.models.iter().enumerate() {
             if m.trim().is_empty() {
-                return Err(config_err(format!("{path}.models[{i}]"), "must not be empty"));
+                return Err(config_err(
+                    format!("{path}.models[{i}]"),
+                    "must not be empty",
+                ));
             }
         }
         for from in c.model_map.keys() {

@@ -17,7 +17,10 @@ pub struct Resolver {
 
 impl Resolver {
     pub fn new(host: String, port: u16) -> Resolver {
-        let literal = host.parse::<IpAddr>().ok().map(|ip| SocketAddr::new(ip, port));
+        let literal = host
+            .parse::<IpAddr>()
+            .ok()
+            .map(|ip| SocketAddr::new(ip, port));
         Resolver {
             host,
             port,

@@ -52,10 +52,7 @@ fn expand_str(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String
             Some((n, d)) => (n, Some(d)),
             None => (expr, None),
         };
-        let valid = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let valid = !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid {
             return Err(format!("`${{{expr}}}` is not a valid variable name"));
         }
@@ -82,9 +79,14 @@ mod tests {
 
     #[test]
     fn expands_and_defaults() {
-        assert_eq!(expand_str("pre-${A}-post", &look).unwrap(), "pre-x: #y-post");
+        assert_eq!(
+            expand_str("pre-${A}-post", &look).unwrap(),
+            "pre-x: #y-post"
+        );
         assert_eq!(expand_str("${B:-dflt}", &look).unwrap(), "dflt");
-        assert!(expand_str("${B}", &look).unwrap_err().contains("B is not set"));
+        assert!(expand_str("${B}", &look)
+            .unwrap_err()
+            .contains("B is not set"));
         assert!(expand_str("${A", &look).is_err());
         assert!(expand_str("${A B}", &look).is_err());
     }

@@ -91,7 +91,9 @@ impl Config {
     pub fn parse(text: &str, base: &Path) -> Result<Config, ConfigError> {
         let mut value: serde_yaml::Value =
             serde_yaml::from_str(text).map_err(|e| err("", format!("invalid YAML: {e}")))?;
-        env::expand(&mut value, &mut String::new(), &|name| std::env::var(name).ok())?;
+        env::expand(&mut value, &mut String::new(), &|name| {
+            std::env::var(name).ok()
+        })?;
         let raw: RawConfig = serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
             let path = if path == "." { String::new() } else { path };
@@ -150,12 +152,7 @@ impl Config {
                     ))
                 }
             },
-            _ => {
-                return Err(err(
-                    "store",
-                    "set exactly one of `embedded` or `redis`",
-                ))
-            }
+            _ => return Err(err("store", "set exactly one of `embedded` or `redis`")),
         };
         if raw.limits.max_body_bytes == 0 {
             return Err(err("limits.max_body_bytes", "must be positive"));
@@ -163,7 +160,9 @@ impl Config {
         let mut trusted_proxies = Vec::new();
         for (i, p) in raw.trusted_proxies.iter().enumerate() {
             trusted_proxies.push(
-                parse_net(p).ok_or_else(|| err(format!("trusted_proxies[{i}]"), "not a CIDR or IP address"))?,
+                parse_net(p).ok_or_else(|| {
+                    err(format!("trusted_proxies[{i}]"), "not a CIDR or IP address")
+                })?,
             );
         }
         let mut prices = BTreeMap::new();
@@ -176,7 +175,10 @@ impl Config {
         for (i, c) in raw.channels.into_iter().enumerate() {
             let path = format!("channels[{i}]");
             if !names.insert(c.name.clone()) {
-                return Err(err(format!("{path}.name"), format!("duplicate channel name `{}`", c.name)));
+                return Err(err(
+                    format!("{path}.name"),
+                    format!("duplicate channel name `{}`", c.name),
+                ));
             }
             channels.push(Arc::new(Channel::from_raw(c, &path)?));
         }
@@ -262,9 +264,11 @@ prices:
 
     #[test]
     fn unknown_field_names_its_path() {
-        let bad = GOOD.replace("priority", "x").replace("model_map", "modle_map");
+        let bad = GOOD
+            .replace("priority", "x")
+            .replace("model_map", "modle_map");
         let e = Config::parse(&bad, Path::new(".")).unwrap_err();
-        assert_eq!(e.path, "channels[0]");
+        assert_eq!(e.path, "channels[0].modle_map");
         assert!(e.message.contains("modle_map"), "{e}");
     }
 

@@ -61,7 +61,12 @@ impl Default for Ctx {
 
 /// A response header with the request id every response carries.
 /// `None` only for a status outside 100..=999, which no caller passes.
-pub fn response_header(ctx: &Ctx, status: u16, content_type: &str, len: Option<usize>) -> Option<ResponseHeader> {
+pub fn response_header(
+    ctx: &Ctx,
+    status: u16,
+    content_type: &str,
+    len: Option<usize>,
+) -> Option<ResponseHeader> {
     let mut h = ResponseHeader::build(status, Some(4)).ok()?;
     let _ = h.insert_header(http::header::CONTENT_TYPE, content_type);
     let _ = h.insert_header("x-request-id", ctx.request_id.as_str());
@@ -79,13 +84,22 @@ pub fn response_header(ctx: &Ctx, status: u16, content_type: &str, len: Option<u
 
 /// Sends a complete response. A client that already left is not an error worth more
 /// than a debug line.
-pub async fn respond(session: &mut Session, ctx: &mut Ctx, status: u16, content_type: &str, body: Bytes) {
+pub async fn respond(
+    session: &mut Session,
+    ctx: &mut Ctx,
+    status: u16,
+    content_type: &str,
+    body: Bytes,
+) {
     ctx.status = status;
     let Some(h) = response_header(ctx, status, content_type, Some(body.len())) else {
         tracing::error!(status, "invalid response status");
         return;
     };
-    if let Err(e) = session.write_response_header(Box::new(h), body.is_empty()).await {
+    if let Err(e) = session
+        .write_response_header(Box::new(h), body.is_empty())
+        .await
+    {
         tracing::debug!(error = %e, "client gone before the response header");
         return;
     }

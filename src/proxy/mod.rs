@@ -64,10 +64,14 @@ impl ProxyHttp for GatewayProxy {
 
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
         let (error_code, gerr) = match e.etype() {
-            ErrorType::HTTPStatus(413) => (413, GatewayError::BodyTooLarge(self.gw.config.limits.max_body_bytes)),
-            ErrorType::HTTPStatus(400) | ErrorType::InvalidHTTPHeader => {
-                (400, GatewayError::bad_request(None, "Malformed HTTP request."))
-            }
+            ErrorType::HTTPStatus(413) => (
+                413,
+                GatewayError::BodyTooLarge(self.gw.config.limits.max_body_bytes),
+            ),
+            ErrorType::HTTPStatus(400) | ErrorType::InvalidHTTPHeader => (
+                400,
+                GatewayError::bad_request(None, "Malformed HTTP request."),
+            ),
             _ => (500, GatewayError::Internal),
         };
         if session.response_written().is_none() && e.esource() != &ErrorSource::Downstream {
@@ -110,10 +114,22 @@ async fn dispatch(
         Route::NotImplemented => return Err(GatewayError::NotImplemented),
         _ => {}
     }
-    let peer = session.client_addr().and_then(|a| a.as_inet()).map(|a| a.ip());
-    let xff = session.get_header("x-forwarded-for").and_then(|v| v.to_str().ok());
+    let peer = session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip());
+    let xff = session
+        .get_header("x-forwarded-for")
+        .and_then(|v| v.to_str().ok());
     let ip = client_ip(peer, xff, &gw.config.trusted_proxies);
-    let key = auth::authenticate(gw, &session.req_header().headers, query, route.accepts(path), ip).await?;
+    let key = auth::authenticate(
+        gw,
+        &session.req_header().headers,
+        query,
+        route.accepts(path),
+        ip,
+    )
+    .await?;
     ctx.key = Some(key.clone());
     match route {
         Route::Models => {
@@ -134,7 +150,9 @@ async fn dispatch(
             ctx.record_mut().endpoint = path.to_string();
             relay::handle(gw, session, ctx, r).await
         }
-        Route::NotFound | Route::MethodNotAllowed | Route::NotImplemented => Err(GatewayError::Internal),
+        Route::NotFound | Route::MethodNotAllowed | Route::NotImplemented => {
+            Err(GatewayError::Internal)
+        }
     }
 }
 

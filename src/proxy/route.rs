@@ -160,20 +160,41 @@ mod tests {
     fn table() {
         assert_eq!(route(&Method::GET, "/v1/models"), Route::Models);
         assert_eq!(route(&Method::POST, "/v1/models"), Route::MethodNotAllowed);
-        assert!(matches!(route(&Method::POST, "/v1/chat/completions"), Route::Relay(_)));
-        assert_eq!(route(&Method::GET, "/v1/chat/completions"), Route::MethodNotAllowed);
+        assert!(matches!(
+            route(&Method::POST, "/v1/chat/completions"),
+            Route::Relay(_)
+        ));
+        assert_eq!(
+            route(&Method::GET, "/v1/chat/completions"),
+            Route::MethodNotAllowed
+        );
         assert_eq!(route(&Method::GET, "/v1/nope"), Route::NotFound);
-        assert_eq!(route(&Method::DELETE, "/v1/files/f1"), Route::NotImplemented);
+        assert_eq!(
+            route(&Method::DELETE, "/v1/files/f1"),
+            Route::NotImplemented
+        );
         assert_eq!(route(&Method::PUT, "/v1/files/f1"), Route::MethodNotAllowed);
-        assert_eq!(route(&Method::POST, "/v1/fine-tunes/x/cancel"), Route::NotImplemented);
-        assert_eq!(route(&Method::GET, "/v1/fine-tunes/x/events"), Route::NotImplemented);
-        match route(&Method::POST, "/v1beta/models/gemini-2.5-pro:streamGenerateContent/") {
+        assert_eq!(
+            route(&Method::POST, "/v1/fine-tunes/x/cancel"),
+            Route::NotImplemented
+        );
+        assert_eq!(
+            route(&Method::GET, "/v1/fine-tunes/x/events"),
+            Route::NotImplemented
+        );
+        match route(
+            &Method::POST,
+            "/v1beta/models/gemini-2.5-pro:streamGenerateContent/",
+        ) {
             Route::Relay(r) => {
                 assert_eq!(r.path_model.as_deref(), Some("gemini-2.5-pro"));
                 assert!(r.path_stream);
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(route(&Method::GET, "/v1beta/models/g1"), Route::GeminiModel("g1".into()));
+        assert_eq!(
+            route(&Method::GET, "/v1beta/models/g1"),
+            Route::GeminiModel("g1".into())
+        );
     }
 }

@@ -34,7 +34,10 @@ pub async fn read(session: &mut Session, limit: usize) -> Result<Bytes, GatewayE
             Err(e) => {
                 tracing::debug!(error = %e, "reading the request body failed");
                 session.set_keepalive(None);
-                return Err(GatewayError::bad_request(None, "The request body could not be read."));
+                return Err(GatewayError::bad_request(
+                    None,
+                    "The request body could not be read.",
+                ));
             }
         }
     }

@@ -16,8 +16,8 @@ use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use crate::ids;
 use crate::protocol::{self, Protocol, RequestOptions, ResponseContext, Usage};
-use crate::proxy::route::Relay;
 use crate::proxy::ctx::respond;
+use crate::proxy::route::Relay;
 use crate::proxy::Ctx;
 use crate::store::ReserveDenied;
 use bytes::Bytes;
@@ -28,21 +28,35 @@ use upstream::{Exchange, OpenError, Outgoing};
 /// Largest upstream error body read (for the operator's log only).
 const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
-pub async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx, route: &Relay) -> Result<(), GatewayError> {
+pub async fn handle(
+    gw: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    route: &Relay,
+) -> Result<(), GatewayError> {
     let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
     let raw = body::read(session, gw.config.limits.max_body_bytes).await?;
-    let mut parsed = protocol::parse_request(route.protocol, &raw)
-        .map_err(|i| GatewayError::BadRequest { param: i.param, message: i.message })?;
+    let mut parsed =
+        protocol::parse_request(route.protocol, &raw).map_err(|i| GatewayError::BadRequest {
+            param: i.param,
+            message: i.message,
+        })?;
     let model = match &route.path_model {
         Some(m) => m.clone(),
         None => parsed
             .get("model")
             .and_then(Value::as_str)
             .filter(|m| !m.is_empty())
-            .ok_or_else(|| GatewayError::bad_request(Some("model"), "`model` is required and must be a string"))?
+            .ok_or_else(|| {
+                GatewayError::bad_request(Some("model"), "`model` is required and must be a string")
+            })?
             .to_string(),
     };
-    let stream = route.path_stream || parsed.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let stream = route.path_stream
+        || parsed
+            .get("stream")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
     {
         let rec = ctx.record_mut();
         rec.model = model.clone();
@@ -59,7 +73,11 @@ pub async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx, route: &
         .get(&model)
         .ok_or_else(|| GatewayError::ModelNotPriced(model.clone()))?;
 
-    let estimate = Estimate::new(&price, &raw, output_limit::requested(route.protocol, &parsed));
+    let estimate = Estimate::new(
+        &price,
+        &raw,
+        output_limit::requested(route.protocol, &parsed),
+    );
     let reservation = gw
         .store
         .reserve(
@@ -83,9 +101,16 @@ pub async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx, route: &
         output_limit::cap(route.protocol, &mut parsed, cap);
     }
 
-    let billing = Billing { price, fallback_input: raw.len() as u64 / 4 };
+    let billing = Billing {
+        price,
+        fallback_input: raw.len() as u64 / 4,
+    };
     drop(raw);
-    let result = exchange(gw, session, ctx, route, &model, parsed, stream, &billing, &mut guard).await;
+    let result = exchange(
+        gw, session, ctx, route, &model, parsed, stream, &billing, &mut guard,
+    )
+    .await;
+    // Success paths settled before their last byte; this releases every other path.
     let cost = ctx.record.as_ref().map_or(0, |r| r.cost);
     guard.settle(cost).await;
     result
@@ -127,15 +152,26 @@ async fn exchange(
     let mut failure = GatewayError::Upstream(UpstreamFailure::Connect);
     for (i, channel) in candidates.into_iter().enumerate() {
         // The body is translated per channel: siblings may speak other protocols.
-        let body = if i == last { parsed.take() } else { parsed.clone() }.ok_or(GatewayError::Internal)?;
+        let body = if i == last {
+            parsed.take()
+        } else {
+            parsed.clone()
+        }
+        .ok_or(GatewayError::Internal)?;
         let upstream_protocol = channel.protocol.wire();
         let req = protocol::translate_request(
             route.protocol,
             upstream_protocol,
             body,
-            &RequestOptions { upstream_model: channel.upstream_model(model), stream },
+            &RequestOptions {
+                upstream_model: channel.upstream_model(model),
+                stream,
+            },
         )
-        .map_err(|i| GatewayError::BadRequest { param: i.param, message: i.message })?;
+        .map_err(|i| GatewayError::BadRequest {
+            param: i.param,
+            message: i.message,
+        })?;
         let out = Outgoing {
             path: &req.path,
             body: Bytes::from(req.body),
@@ -176,7 +212,18 @@ async fn exchange(
             ex.finish(gw).await;
             Err(GatewayError::Upstream(UpstreamFailure::BadResponse))
         } else {
-            whole(gw, session, ctx, ex, route.protocol, upstream_protocol, model, billing).await
+            whole(
+                gw,
+                session,
+                ctx,
+                ex,
+                route.protocol,
+                upstream_protocol,
+                model,
+                billing,
+                guard,
+            )
+            .await
         };
     }
     Err(failure)
@@ -192,6 +239,7 @@ async fn whole(
     upstream: Protocol,
     model: &str,
     billing: &Billing,
+    guard: &mut ReservationGuard,
 ) -> Result<(), GatewayError> {
     let body = ex.body(gw.config.limits.max_response_bytes).await?;
     ex.finish(gw).await;
@@ -208,6 +256,8 @@ async fn whole(
     let rec = ctx.record_mut();
     rec.usage = usage;
     rec.cost = cost;
+    // Settled before the answer leaves: a caller who reads its balance next sees the charge.
+    guard.settle(cost).await;
     respond(session, ctx, 200, "application/json", Bytes::from(out)).await;
     Ok(())
 }

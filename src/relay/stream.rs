@@ -44,7 +44,10 @@ pub async fn relay(
     );
     ctx.status = 200;
     let mut client_ok = match response_header(ctx, 200, "text/event-stream", None) {
-        Some(h) => session.write_response_header(Box::new(h), false).await.is_ok(),
+        Some(h) => session
+            .write_response_header(Box::new(h), false)
+            .await
+            .is_ok(),
         None => false,
     };
     let mut out = Vec::with_capacity(8 * 1024);
@@ -67,8 +70,13 @@ pub async fn relay(
             Err(e) => break Some(e),
         }
     };
-    let message = broke.as_ref().map(|e: &GatewayError| e.full_message(&ctx.request_id));
+    let message = broke
+        .as_ref()
+        .map(|e: &GatewayError| e.full_message(&ctx.request_id));
     tr.finish(message.as_deref(), &mut out);
+    let (usage, cost) = billing.cost(seen(tr.usage()));
+    // Settled before the stream's last bytes: a caller who reads its balance next sees it.
+    guard.settle(cost).await;
     if client_ok {
         if !out.is_empty() {
             client_ok = write(session, Bytes::from(out)).await;
@@ -80,7 +88,6 @@ pub async fn relay(
         }
     }
     ex.finish(gw).await;
-    let (usage, cost) = billing.cost(seen(tr.usage()));
     let rec = ctx.record_mut();
     rec.usage = usage;
     rec.cost = cost;

@@ -47,7 +47,11 @@ pub enum OpenError {
 }
 
 impl Exchange {
-    pub async fn open(gw: &Gateway, channel: Arc<Channel>, out: &Outgoing<'_>) -> Result<Exchange, OpenError> {
+    pub async fn open(
+        gw: &Gateway,
+        channel: Arc<Channel>,
+        out: &Outgoing<'_>,
+    ) -> Result<Exchange, OpenError> {
         let unreachable = || OpenError::NotSent(GatewayError::Upstream(UpstreamFailure::Connect));
         let peer = channel.peer().await.map_err(|e| {
             tracing::warn!(channel = %channel.name, error = %e, "upstream address lookup failed");
@@ -66,6 +70,9 @@ impl Exchange {
                 tracing::warn!(channel = %channel.name, error = %e, "upstream connect failed");
                 unreachable()
             })?;
+            // The pooled session does not take these from the peer's options.
+            http.set_read_timeout(Some(channel.read_timeout));
+            http.set_write_timeout(Some(channel.read_timeout));
             match send(&mut http, header.clone(), out.body.clone()).await {
                 Ok(()) => {}
                 Err(e) if reused && attempts == 1 => {
@@ -81,7 +88,11 @@ impl Exchange {
                 tracing::warn!(channel = %channel.name, error = %e, "upstream response header failed");
                 return Err(OpenError::Sent(failure(&e)));
             }
-            return Ok(Exchange { channel, http, peer });
+            return Ok(Exchange {
+                channel,
+                http,
+                peer,
+            });
         }
     }
 
@@ -145,9 +156,16 @@ fn request_header(channel: &Channel, out: &Outgoing<'_>) -> pingora::Result<Requ
     h.insert_header(http::header::CONTENT_LENGTH, out.body.len().to_string())?;
     h.insert_header(
         http::header::ACCEPT,
-        if out.stream { "text/event-stream" } else { "application/json" },
+        if out.stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        },
     )?;
-    h.insert_header(http::header::USER_AGENT, concat!("model-gateway/", env!("CARGO_PKG_VERSION")))?;
+    h.insert_header(
+        http::header::USER_AGENT,
+        concat!("model-gateway/", env!("CARGO_PKG_VERSION")),
+    )?;
     let key = channel.api_key.as_str();
     match channel.protocol {
         ChannelProtocol::OpenAi => {
@@ -187,7 +205,9 @@ pub fn failure(e: &Error) -> GatewayError {
         ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
             UpstreamFailure::Timeout
         }
-        ErrorType::InvalidHTTPHeader | ErrorType::H1Error | ErrorType::H2Error => UpstreamFailure::BadResponse,
+        ErrorType::InvalidHTTPHeader | ErrorType::H1Error | ErrorType::H2Error => {
+            UpstreamFailure::BadResponse
+        }
         _ => UpstreamFailure::Broken,
     };
     GatewayError::Upstream(kind)

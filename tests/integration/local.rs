@@ -9,34 +9,66 @@ use serde_json::{json, Value};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn model_lists_in_three_formats_filtered_by_the_whitelist() {
     let up = MockUpstream::start(|_| Reply::json(200, json!({}))).await;
-    let gw = TestGateway::start(&openai_channel(&up.base_url(), &["a", "b", "c"]), StoreKind::Embedded).await;
+    let gw = TestGateway::start(
+        &openai_channel(&up.base_url(), &["a", "b", "c"]),
+        StoreKind::Embedded,
+    )
+    .await;
     let (key, _) = gw.create_key(json!({"models": ["a", "c"]})).await;
 
     let (s, v) = gw.get("/v1/models", &key).await;
     assert_eq!(s, 200);
     assert_eq!(v["object"], "list");
-    let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = v["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["a", "c"]);
     for m in v["data"].as_array().unwrap() {
         assert_eq!(m["object"], "model");
         assert!(m["created"].is_i64() && m["owned_by"].is_string());
     }
 
-    let r = gw.http.get(gw.url("/v1/models")).header("x-api-key", &key).header("anthropic-version", "2023-06-01").send().await.unwrap();
+    let r = gw
+        .http
+        .get(gw.url("/v1/models"))
+        .header("x-api-key", &key)
+        .header("anthropic-version", "2023-06-01")
+        .send()
+        .await
+        .unwrap();
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["data"][0]["type"], "model");
     assert_eq!(v["data"][1]["id"], "c");
     assert_eq!(v["has_more"], false);
-    let r = gw.http.get(gw.url("/v1/models")).header("x-api-key", &key).header("msg-version", "2023-06-01").send().await.unwrap();
+    let r = gw
+        .http
+        .get(gw.url("/v1/models"))
+        .header("x-api-key", &key)
+        .header("msg-version", "2023-06-01")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.json::<Value>().await.unwrap()["data"][0]["type"], "model");
 
     for req in [
-        gw.http.get(gw.url("/v1/models")).header("x-gen-api-key", &key),
+        gw.http
+            .get(gw.url("/v1/models"))
+            .header("x-gen-api-key", &key),
         gw.http.get(gw.url(&format!("/v1/models?key={key}"))),
-        gw.http.get(gw.url("/v1beta/models")).header("x-goog-api-key", &key),
+        gw.http
+            .get(gw.url("/v1beta/models"))
+            .header("x-goog-api-key", &key),
     ] {
         let v: Value = req.send().await.unwrap().json().await.unwrap();
-        let names: Vec<&str> = v["models"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
+        let names: Vec<&str> = v["models"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["name"].as_str().unwrap())
+            .collect();
         assert_eq!(names, ["models/a", "models/c"]);
         assert!(v["models"][0]["displayName"].is_string());
     }
@@ -68,7 +100,14 @@ async fn listed_but_unimplemented_paths_are_501_unknown_404_wrong_method_405() {
         ("DELETE", "/v1/models", 405),
     ];
     for (m, path, want) in cases {
-        let r = gw.http.request(Method::from_bytes(m.as_bytes()).unwrap(), gw.url(path)).bearer_auth(&key).json(&json!({})).send().await.unwrap();
+        let r = gw
+            .http
+            .request(Method::from_bytes(m.as_bytes()).unwrap(), gw.url(path))
+            .bearer_auth(&key)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status().as_u16(), *want, "{m} {path}");
         assert!(r.headers().get("x-request-id").is_some());
         error_of(&r.text().await.unwrap());
@@ -81,12 +120,22 @@ async fn bad_json_and_bad_fields_are_400_naming_the_field_before_any_upstream_ca
     let gw = TestGateway::start(&openai_channel(&up.base_url(), &["m"]), StoreKind::Embedded).await;
     let (key, id) = gw.create_key(json!({"quota_usd": 1})).await;
     let raw = |body: &'static str| {
-        gw.http.post(gw.url("/v1/chat/completions")).bearer_auth(&key).header("content-type", "application/json").body(body)
+        gw.http
+            .post(gw.url("/v1/chat/completions"))
+            .bearer_auth(&key)
+            .header("content-type", "application/json")
+            .body(body)
     };
     for (body, param) in [
         (r#"{"model": "m", "messages": [}"#, None),
-        (r#"{"messages": [{"role": "user", "content": "x"}]}"#, Some("model")),
-        (r#"{"model": 123, "messages": [{"role": "user", "content": "x"}]}"#, Some("model")),
+        (
+            r#"{"messages": [{"role": "user", "content": "x"}]}"#,
+            Some("model"),
+        ),
+        (
+            r#"{"model": 123, "messages": [{"role": "user", "content": "x"}]}"#,
+            Some("model"),
+        ),
         (r#"{"model": "m"}"#, Some("messages")),
         (r#"{"model": "m", "messages": "hi"}"#, Some("messages")),
     ] {
@@ -94,10 +143,22 @@ async fn bad_json_and_bad_fields_are_400_naming_the_field_before_any_upstream_ca
         assert_eq!(r.status(), 400, "{body}");
         let e = error_of(&r.text().await.unwrap());
         if let Some(p) = param {
-            assert_eq!(e["param"].as_str().map(|s| s.split(['[', '.']).next().unwrap()), Some(p), "{body}: {e}");
+            assert_eq!(
+                e["param"]
+                    .as_str()
+                    .map(|s| s.split(['[', '.']).next().unwrap()),
+                Some(p),
+                "{body}: {e}"
+            );
         }
     }
-    let (s, _, t) = gw.post("/v1/chat/completions", &key, &json!({"model": "nope", "messages": [{"role": "user", "content": "x"}]})).await;
+    let (s, _, t) = gw
+        .post(
+            "/v1/chat/completions",
+            &key,
+            &json!({"model": "nope", "messages": [{"role": "user", "content": "x"}]}),
+        )
+        .await;
     assert_eq!(s, 404);
     assert_eq!(error_of(&t)["code"], "model_not_found");
     assert!(up.requests().is_empty());
@@ -113,7 +174,13 @@ async fn an_unpriced_model_is_refused() {
     );
     let gw = TestGateway::start(&cfg, StoreKind::Embedded).await;
     let (key, _) = gw.create_key(json!({})).await;
-    let (s, _, t) = gw.post("/v1/chat/completions", &key, &json!({"model": "free-lunch", "messages": [{"role": "user", "content": "x"}]})).await;
+    let (s, _, t) = gw
+        .post(
+            "/v1/chat/completions",
+            &key,
+            &json!({"model": "free-lunch", "messages": [{"role": "user", "content": "x"}]}),
+        )
+        .await;
     assert_eq!(s, 403);
     assert_eq!(error_of(&t)["code"], "model_not_priced");
     assert!(up.requests().is_empty());
@@ -123,12 +190,21 @@ async fn an_unpriced_model_is_refused() {
 async fn messages_paths_answer_errors_in_the_messages_shape() {
     let up = MockUpstream::start(|_| Reply::json(200, json!({}))).await;
     let gw = TestGateway::start(&openai_channel(&up.base_url(), &["m"]), StoreKind::Embedded).await;
-    let r = gw.http.post(gw.url("/v1/messages")).json(&json!({})).send().await.unwrap();
+    let r = gw
+        .http
+        .post(gw.url("/v1/messages"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["type"], "error");
     assert_eq!(v["error"]["type"], "authentication_error");
-    assert!(v["error"]["message"].as_str().unwrap().contains("(request id: "));
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("(request id: "));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,17 +226,46 @@ async fn admin_api_manages_keys_and_never_shows_the_secret_again() {
     assert_eq!(v["rpm"], 60);
     assert!(v.get("key").is_none());
     assert!(!v.to_string().contains(&key[10..]), "secret shown again");
-    let (s, v) = gw.admin_send(Method::PATCH, &format!("/admin/keys/{id}"), Some(json!({"quota_usd": null, "rpm": null, "name": "b"}))).await;
+    let (s, v) = gw
+        .admin_send(
+            Method::PATCH,
+            &format!("/admin/keys/{id}"),
+            Some(json!({"quota_usd": null, "rpm": null, "name": "b"})),
+        )
+        .await;
     assert_eq!(s, 200);
-    assert_eq!((v["quota_usd"].clone(), v["rpm"].clone(), v["name"].clone()), (Value::Null, Value::Null, json!("b")));
+    assert_eq!(
+        (v["quota_usd"].clone(), v["rpm"].clone(), v["name"].clone()),
+        (Value::Null, Value::Null, json!("b"))
+    );
     let (s, v) = gw.admin_get("/admin/keys").await;
     assert_eq!(s, 200);
     assert_eq!(v["data"].as_array().unwrap().len(), 1);
-    let (s, v) = gw.admin_send(Method::PATCH, &format!("/admin/keys/{id}"), Some(json!({"allow_ips": ["not-an-ip"]}))).await;
-    assert_eq!((s, v["error"]["param"].as_str()), (400, Some("allow_ips[0]")));
-    assert_eq!(gw.admin_send(Method::DELETE, &format!("/admin/keys/{id}"), None).await.0, 200);
+    let (s, v) = gw
+        .admin_send(
+            Method::PATCH,
+            &format!("/admin/keys/{id}"),
+            Some(json!({"allow_ips": ["not-an-ip"]})),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["param"].as_str()),
+        (400, Some("allow_ips[0]"))
+    );
+    assert_eq!(
+        gw.admin_send(Method::DELETE, &format!("/admin/keys/{id}"), None)
+            .await
+            .0,
+        200
+    );
     assert_eq!(gw.admin_get(&format!("/admin/keys/{id}")).await.0, 404);
     // Without the admin token.
-    let r = gw.http.get(format!("{}/admin/keys", gw.admin)).bearer_auth("wrong").send().await.unwrap();
+    let r = gw
+        .http
+        .get(format!("{}/admin/keys", gw.admin))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
 }

@@ -10,7 +10,10 @@ use serde_json::{json, Value};
 async fn honest_upstream() -> MockUpstream {
     MockUpstream::start(|r| {
         let b = r.json();
-        let limit = b["max_completion_tokens"].as_u64().or(b["max_tokens"].as_u64()).unwrap_or(u64::MAX);
+        let limit = b["max_completion_tokens"]
+            .as_u64()
+            .or(b["max_tokens"].as_u64())
+            .unwrap_or(u64::MAX);
         let out = limit.min(100);
         Reply::json(200, openai::completion("m", "x", openai::usage(10, out, 0)))
     })
@@ -31,9 +34,20 @@ async fn burst(gws: &[&TestGateway], key: &str, n: usize) -> Vec<u16> {
     let mut tasks = Vec::new();
     for i in 0..n {
         let gw = gws[i % gws.len()];
-        let (http, url, key, body) = (gw.http.clone(), gw.url("/v1/chat/completions"), key.to_string(), body.clone());
+        let (http, url, key, body) = (
+            gw.http.clone(),
+            gw.url("/v1/chat/completions"),
+            key.to_string(),
+            body.clone(),
+        );
         tasks.push(tokio::spawn(async move {
-            let r = http.post(url).bearer_auth(key).json(&body).send().await.unwrap();
+            let r = http
+                .post(url)
+                .bearer_auth(key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
             let s = r.status().as_u16();
             let t = r.text().await.unwrap();
             if s != 200 {
@@ -51,7 +65,12 @@ async fn burst(gws: &[&TestGateway], key: &str, n: usize) -> Vec<u16> {
 
 async fn settled_total(gw: &TestGateway, key: &str) -> i64 {
     let (_, log) = gw.get("/api/log/token?limit=1000", key).await;
-    log["data"].as_array().unwrap().iter().map(|r| r["cost_micro_usd"].as_i64().unwrap()).sum()
+    log["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["cost_micro_usd"].as_i64().unwrap())
+        .sum()
 }
 
 const CAP_USD: f64 = 0.001; // 1000 micro-USD: a few requests of at most ~400 each
@@ -63,7 +82,11 @@ async fn check_cap(gws: &[&TestGateway], id: &str, key: &str) {
     assert!(statuses.contains(&403), "{statuses:?}");
     let used = gws[0].used_micros(id).await;
     assert!(used <= 1000, "spent {used} micro-USD past a cap of 1000");
-    assert_eq!(used, settled_total(gws[0], key).await, "used equals the sum of settled costs");
+    assert_eq!(
+        used,
+        settled_total(gws[0], key).await,
+        "used equals the sum of settled costs"
+    );
     // Nothing is left reserved: what remains below the cap is what a new request needs.
     let (_, u) = gws[0].get("/api/usage/token", key).await;
     assert_eq!(u["used_micro_usd"], used);
@@ -100,7 +123,10 @@ async fn a_key_near_its_cap_gets_a_lowered_output_limit_not_an_overspend() {
     assert_eq!(s, 200, "{t}");
     let sent = up.last().json();
     let limit = sent["max_tokens"].as_u64().unwrap();
-    assert!(limit < 100, "output limit lowered to what the key can pay: {sent}");
+    assert!(
+        limit < 100,
+        "output limit lowered to what the key can pay: {sent}"
+    );
     assert!(gw.used_micros(&id).await <= 300);
 }
 
@@ -108,9 +134,23 @@ async fn a_key_near_its_cap_gets_a_lowered_output_limit_not_an_overspend() {
 async fn usage_endpoint_reports_the_callers_own_key() {
     let up = honest_upstream().await;
     let gw = TestGateway::start(&config(&up.base_url()), StoreKind::Embedded).await;
-    let (key, _) = gw.create_key(json!({"quota_usd": 2.5, "models": ["m"], "expires_at": "2099-01-01T00:00:00Z"})).await;
-    assert_eq!(gw.post("/v1/chat/completions", &key, &chat("m", false)).await.0, 200);
-    assert_eq!(gw.post("/v1/chat/completions", &key, &json!({"model": "m"})).await.0, 400);
+    let (key, _) = gw
+        .create_key(
+            json!({"quota_usd": 2.5, "models": ["m"], "expires_at": "2099-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(
+        gw.post("/v1/chat/completions", &key, &chat("m", false))
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        gw.post("/v1/chat/completions", &key, &json!({"model": "m"}))
+            .await
+            .0,
+        400
+    );
     let (s, u) = gw.get("/api/usage/token", &key).await;
     assert_eq!(s, 200);
     assert_eq!(u["unlimited"], false);
@@ -125,7 +165,10 @@ async fn usage_endpoint_reports_the_callers_own_key() {
     assert_eq!(data.len(), 2);
     assert_eq!(data[0]["status"], 400, "newest first");
     assert_eq!(data[1]["status"], 200);
-    assert!(data[0]["request_id"].as_str() > data[1]["request_id"].as_str() || data[0]["created_at_ms"].as_i64() >= data[1]["created_at_ms"].as_i64());
+    assert!(
+        data[0]["request_id"].as_str() > data[1]["request_id"].as_str()
+            || data[0]["created_at_ms"].as_i64() >= data[1]["created_at_ms"].as_i64()
+    );
     let (s, v): (u16, Value) = gw.get("/api/log/token?limit=0", &key).await;
     assert_eq!((s, v["error"]["param"].as_str()), (400, Some("limit")));
 }

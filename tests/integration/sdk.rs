@@ -45,7 +45,11 @@ async fn official_python_sdks() {
         .output()
         .await
         .expect("python3 runs (the test command installs the SDKs)");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     println!("{text}");
     assert!(out.status.success(), "SDK tests failed:\n{text}");
 }

@@ -53,7 +53,10 @@ impl TestGateway {
         TestGateway {
             base: format!("http://{base}"),
             admin: format!("http://{admin_base}"),
-            http: reqwest::Client::builder().pool_max_idle_per_host(8).build().unwrap(),
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(8)
+                .build()
+                .unwrap(),
             running,
             _dir: Some(dir),
         }
@@ -75,7 +78,10 @@ impl TestGateway {
             .unwrap();
         assert_eq!(r.status(), 201, "key creation");
         let v: Value = r.json().await.unwrap();
-        (v["key"].as_str().unwrap().to_string(), v["id"].as_str().unwrap().to_string())
+        (
+            v["key"].as_str().unwrap().to_string(),
+            v["id"].as_str().unwrap().to_string(),
+        )
     }
 
     pub async fn admin_get(&self, path: &str) -> (u16, Value) {
@@ -89,7 +95,12 @@ impl TestGateway {
         (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
     }
 
-    pub async fn admin_send(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+    pub async fn admin_send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (u16, Value) {
         let mut req = self
             .http
             .request(method, format!("{}{path}", self.admin))
@@ -108,7 +119,12 @@ impl TestGateway {
     }
 
     /// POST JSON with a bearer key; returns status, headers and the body text.
-    pub async fn post(&self, path: &str, key: &str, body: &Value) -> (u16, reqwest::header::HeaderMap, String) {
+    pub async fn post(
+        &self,
+        path: &str,
+        key: &str,
+        body: &Value,
+    ) -> (u16, reqwest::header::HeaderMap, String) {
         let r = self
             .http
             .post(self.url(path))
@@ -123,7 +139,13 @@ impl TestGateway {
     }
 
     pub async fn get(&self, path: &str, key: &str) -> (u16, Value) {
-        let r = self.http.get(self.url(path)).bearer_auth(key).send().await.unwrap();
+        let r = self
+            .http
+            .get(self.url(path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
         (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
     }
 }
@@ -147,10 +169,20 @@ pub fn chat(model: &str, stream: bool) -> Value {
 
 /// The error envelope's fields, asserting its shape.
 pub fn error_of(body: &str) -> Value {
-    let v: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("error body is JSON: {body}"));
+    let v: Value =
+        serde_json::from_str(body).unwrap_or_else(|_| panic!("error body is JSON: {body}"));
     let e = v["error"].clone();
-    assert!(e["message"].as_str().unwrap().contains("(request id: "), "{body}");
-    assert!(e["type"] == "gateway_error" || e["type"] == "upstream_error", "{body}");
-    assert!(e.get("param").is_some() && e.get("code").is_some(), "{body}");
+    assert!(
+        e["message"].as_str().unwrap().contains("(request id: "),
+        "{body}"
+    );
+    assert!(
+        e["type"] == "gateway_error" || e["type"] == "upstream_error",
+        "{body}"
+    );
+    assert!(
+        e.get("param").is_some() && e.get("code").is_some(),
+        "{body}"
+    );
     e
 }

@@ -84,7 +84,10 @@ impl Reply {
         Reply::Chunked {
             status: 200,
             content_type: "text/event-stream".into(),
-            pieces: events.iter().map(|e| format!("data: {e}\n\n").into_bytes()).collect(),
+            pieces: events
+                .iter()
+                .map(|e| format!("data: {e}\n\n").into_bytes())
+                .collect(),
             interval,
             end,
         }
@@ -101,7 +104,9 @@ pub struct MockUpstream {
 }
 
 impl MockUpstream {
-    pub async fn start(handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static) -> MockUpstream {
+    pub async fn start(
+        handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
+    ) -> MockUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -138,7 +143,10 @@ impl MockUpstream {
     }
 
     pub fn last(&self) -> Recorded {
-        self.requests().last().cloned().expect("the upstream saw a request")
+        self.requests()
+            .last()
+            .cloned()
+            .expect("the upstream saw a request")
     }
 
     /// TCP connections accepted so far (to prove connection reuse).
@@ -230,9 +238,28 @@ async fn write_reply(w: &mut TcpStream, reply: Reply) -> bool {
             );
             w.write_all(head.as_bytes()).await.is_ok() && w.write_all(&body).await.is_ok()
         }
-        Reply::Gated { reply, before, gate } => match *reply {
-            Reply::Chunked { status, content_type, pieces, interval, end } => {
-                write_chunked(w, status, &content_type, &pieces, interval, end, Some((before, gate))).await
+        Reply::Gated {
+            reply,
+            before,
+            gate,
+        } => match *reply {
+            Reply::Chunked {
+                status,
+                content_type,
+                pieces,
+                interval,
+                end,
+            } => {
+                write_chunked(
+                    w,
+                    status,
+                    &content_type,
+                    &pieces,
+                    interval,
+                    end,
+                    Some((before, gate)),
+                )
+                .await
             }
             other => Box::pin(write_reply(w, other)).await,
         },
@@ -260,34 +287,34 @@ async fn write_chunked(
     end: End,
     gate: Option<(usize, Arc<Notify>)>,
 ) -> bool {
-            let head = format!(
+    let head = format!(
                 "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nTransfer-Encoding: chunked\r\n\r\n",
                 reason(status)
             );
-            if w.write_all(head.as_bytes()).await.is_err() {
-                return false;
+    if w.write_all(head.as_bytes()).await.is_err() {
+        return false;
+    }
+    for (i, p) in pieces.iter().enumerate() {
+        if let Some((before, g)) = &gate {
+            if i == *before {
+                g.notified().await;
             }
-            for (i, p) in pieces.iter().enumerate() {
-                if let Some((before, g)) = &gate {
-                    if i == *before {
-                        g.notified().await;
-                    }
-                }
-                if i > 0 && !interval.is_zero() {
-                    tokio::time::sleep(interval).await;
-                }
-                let chunk = [format!("{:x}\r\n", p.len()).as_bytes(), p, b"\r\n"].concat();
-                if w.write_all(&chunk).await.is_err() || w.flush().await.is_err() {
-                    return false;
-                }
-            }
-            match end {
-                End::Clean => w.write_all(b"0\r\n\r\n").await.is_ok(),
-                End::Disconnect => {
-                    let _ = w.shutdown().await;
-                    false
-                }
-            }
+        }
+        if i > 0 && !interval.is_zero() {
+            tokio::time::sleep(interval).await;
+        }
+        let chunk = [format!("{:x}\r\n", p.len()).as_bytes(), p, b"\r\n"].concat();
+        if w.write_all(&chunk).await.is_err() || w.flush().await.is_err() {
+            return false;
+        }
+    }
+    match end {
+        End::Clean => w.write_all(b"0\r\n\r\n").await.is_ok(),
+        End::Disconnect => {
+            let _ = w.shutdown().await;
+            false
+        }
+    }
 }
 
 /// OpenAI-style fixtures.
@@ -319,7 +346,10 @@ pub mod openai {
                    "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
             .to_string()
         };
-        let mut v = vec![chunk(json!({"role": "assistant", "content": ""}), Value::Null)];
+        let mut v = vec![chunk(
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        )];
         for p in pieces {
             v.push(chunk(json!({"content": p}), Value::Null));
         }

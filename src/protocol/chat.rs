@@ -1,0 +1,322 @@
+//! The default chat protocol (Chat Completions): validation, same-protocol passthrough
+//! of requests, responses and streams, with usage capture.
+
+use super::sse::{Decoder, Event};
+use super::{Invalid, StreamContext, StreamTranslator, TranslateError, Usage};
+use serde_json::{json, Map, Value};
+
+fn invalid(param: &str, message: impl Into<String>) -> Invalid {
+    Invalid {
+        param: Some(param.to_string()),
+        message: message.into(),
+    }
+}
+
+/// A field, its type check, and the type's name for the message.
+type TypedField = (&'static str, fn(&Value) -> bool, &'static str);
+
+/// Spec 2.2a: `model` (string) and `messages` (array of objects with `role` and
+/// `content`); the common optional fields must have their JSON types.
+pub fn validate(body: &Value) -> Result<(), Invalid> {
+    let obj = body.as_object().ok_or_else(|| Invalid {
+        param: None,
+        message: "The request body must be a JSON object.".into(),
+    })?;
+    match obj.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => {}
+        Some(_) => return Err(invalid("model", "`model` must be a non-empty string.")),
+        None => return Err(invalid("model", "`model` is required.")),
+    }
+    let messages = match obj.get("messages") {
+        Some(Value::Array(m)) => m,
+        Some(_) => return Err(invalid("messages", "`messages` must be an array.")),
+        None => return Err(invalid("messages", "`messages` is required.")),
+    };
+    if messages.is_empty() {
+        return Err(invalid("messages", "`messages` must not be empty."));
+    }
+    for (i, m) in messages.iter().enumerate() {
+        let m = m
+            .as_object()
+            .ok_or_else(|| invalid(&format!("messages[{i}]"), "Each message must be an object."))?;
+        match m.get("role") {
+            Some(Value::String(_)) => {}
+            _ => {
+                return Err(invalid(
+                    &format!("messages[{i}].role"),
+                    "Each message needs a string `role`.",
+                ))
+            }
+        }
+        if !m.contains_key("content") && !m.contains_key("tool_calls") {
+            return Err(invalid(
+                &format!("messages[{i}].content"),
+                "Each message needs `content`.",
+            ));
+        }
+    }
+    let typed: &[TypedField] = &[
+        ("stream", Value::is_boolean, "a boolean"),
+        ("temperature", Value::is_number, "a number"),
+        ("top_p", Value::is_number, "a number"),
+        ("max_tokens", Value::is_u64, "a non-negative integer"),
+        (
+            "max_completion_tokens",
+            Value::is_u64,
+            "a non-negative integer",
+        ),
+        ("n", Value::is_u64, "a non-negative integer"),
+        ("tools", Value::is_array, "an array"),
+        ("stream_options", Value::is_object, "an object"),
+    ];
+    for (field, ok, what) in typed {
+        if let Some(v) = obj.get(*field) {
+            if !v.is_null() && !ok(v) {
+                return Err(invalid(field, format!("`{field}` must be {what}.")));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Same-protocol request: only the model is rewritten, and streams ask for usage.
+/// Returns the body and whether the client itself asked for usage.
+pub fn passthrough_request(mut body: Value, upstream_model: &str, stream: bool) -> (Vec<u8>, bool) {
+    let mut wants_usage = false;
+    if let Some(obj) = body.as_object_mut() {
+        obj.insert("model".into(), Value::String(upstream_model.to_string()));
+        if stream {
+            let so = obj
+                .entry("stream_options")
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Some(so) = so.as_object_mut() {
+                wants_usage = so
+                    .get("include_usage")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                so.insert("include_usage".into(), Value::Bool(true));
+            }
+        }
+    }
+    (serde_json::to_vec(&body).unwrap_or_default(), wants_usage)
+}
+
+pub fn usage_of(u: &Value) -> Usage {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    Usage {
+        input_tokens: n(&u["prompt_tokens"]),
+        output_tokens: n(&u["completion_tokens"]),
+        cached_input_tokens: n(&u["prompt_tokens_details"]["cached_tokens"]),
+        cache_creation_input_tokens: 0,
+        reasoning_tokens: n(&u["completion_tokens_details"]["reasoning_tokens"]),
+    }
+}
+
+/// A complete upstream response, shown with the client's model name.
+pub fn passthrough_response(
+    body: &[u8],
+    client_model: &str,
+) -> Result<(Vec<u8>, Usage), TranslateError> {
+    let mut v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    let obj = v
+        .as_object_mut()
+        .ok_or(TranslateError::Shape("not an object"))?;
+    if !obj.contains_key("choices") {
+        return Err(TranslateError::Shape("no choices"));
+    }
+    let usage = obj.get("usage").map(usage_of).unwrap_or_default();
+    obj.insert("model".into(), Value::String(client_model.to_string()));
+    Ok((
+        serde_json::to_vec(&v).map_err(|_| TranslateError::NotJson)?,
+        usage,
+    ))
+}
+
+/// The terminal error event of a chat stream; the SDKs raise it as an API error.
+pub fn error_event(message: &str) -> Vec<u8> {
+    let v = json!({"error": {"message": message, "type": "upstream_error", "param": null, "code": null}});
+    format!("data: {v}\n\n").into_bytes()
+}
+
+/// Chat → chat stream: events pass through with the client's model name; the usage-only
+/// chunk is dropped unless the client asked for it.
+pub struct Passthrough {
+    ctx: StreamContext,
+    decoder: Decoder,
+    events: Vec<Event>,
+    usage: Usage,
+    done: bool,
+    failed: bool,
+}
+
+impl Passthrough {
+    pub fn new(ctx: StreamContext) -> Passthrough {
+        Passthrough {
+            ctx,
+            decoder: Decoder::new(),
+            events: Vec::new(),
+            usage: Usage::default(),
+            done: false,
+            failed: false,
+        }
+    }
+
+    fn emit(&mut self, out: &mut Vec<u8>) {
+        for ev in std::mem::take(&mut self.events) {
+            if self.done || self.failed {
+                continue;
+            }
+            if ev.data == "[DONE]" {
+                self.done = true;
+                out.extend_from_slice(b"data: [DONE]\n\n");
+                continue;
+            }
+            let Ok(mut v) = serde_json::from_str::<Value>(&ev.data) else {
+                // Not JSON: forward as it came rather than invent a meaning.
+                out.extend_from_slice(format!("data: {}\n\n", ev.data).as_bytes());
+                continue;
+            };
+            if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+                self.usage = usage_of(u);
+            }
+            let usage_only = v
+                .get("choices")
+                .and_then(Value::as_array)
+                .is_some_and(Vec::is_empty)
+                && v.get("usage").is_some_and(Value::is_object);
+            if usage_only && !self.ctx.client_wants_usage {
+                continue;
+            }
+            if let Some(obj) = v.as_object_mut() {
+                if !self.ctx.client_wants_usage {
+                    obj.remove("usage");
+                }
+                if obj.get("model").and_then(Value::as_str) != Some(self.ctx.client_model.as_str())
+                    && obj.contains_key("model")
+                {
+                    obj.insert("model".into(), Value::String(self.ctx.client_model.clone()));
+                }
+            }
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(v.to_string().as_bytes());
+            out.extend_from_slice(b"\n\n");
+        }
+    }
+}
+
+impl StreamTranslator for Passthrough {
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        if self.decoder.feed(chunk, &mut self.events).is_err() {
+            self.failed = true;
+            out.extend_from_slice(&error_event(&format!(
+                "The upstream sent an oversized event. (request id: {})",
+                self.ctx.request_id
+            )));
+        }
+        self.emit(out);
+    }
+
+    fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
+        self.decoder.flush(&mut self.events);
+        self.emit(out);
+        if self.done || self.failed {
+            return;
+        }
+        let message = error.map(str::to_string).unwrap_or_else(|| {
+            format!(
+                "The upstream provider ended the stream before it was complete. (request id: {})",
+                self.ctx.request_id
+            )
+        });
+        out.extend_from_slice(&error_event(&message));
+        self.failed = true;
+    }
+
+    fn usage(&self) -> Usage {
+        self.usage
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(wants: bool) -> StreamContext {
+        StreamContext {
+            client_model: "gpt-4o".into(),
+            request_id: "rid".into(),
+            created: 0,
+            client_wants_usage: wants,
+        }
+    }
+
+    const STREAM: &str = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}],\"model\":\"gpt-4o-2024-08-06\"}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":2}},\"model\":\"gpt-4o-2024-08-06\"}\n\n",
+        "data: [DONE]\n\n"
+    );
+
+    fn run(wants: bool, step: usize, input: &str) -> (String, Usage) {
+        let mut t = Passthrough::new(ctx(wants));
+        let mut out = Vec::new();
+        for p in input.as_bytes().chunks(step) {
+            t.feed(p, &mut out);
+        }
+        t.finish(None, &mut out);
+        (String::from_utf8(out).unwrap(), t.usage())
+    }
+
+    #[test]
+    fn drops_usage_chunk_unless_asked_and_rewrites_model() {
+        for step in [1, 7, STREAM.len()] {
+            let (out, usage) = run(false, step, STREAM);
+            assert!(!out.contains("usage"), "{out}");
+            assert!(!out.contains("2024-08-06"));
+            assert!(out.ends_with("data: [DONE]\n\n"));
+            assert_eq!(usage.input_tokens, 3);
+            assert_eq!(usage.cached_input_tokens, 2);
+            let (out, _) = run(true, step, STREAM);
+            assert!(out.contains("\"usage\""));
+        }
+    }
+
+    #[test]
+    fn a_stream_without_done_ends_with_an_error_event() {
+        let cut = &STREAM[..STREAM.find("data: [DONE]").unwrap()];
+        let (out, usage) = run(false, 5, cut);
+        assert!(out.trim_end().ends_with("}}"), "{out}");
+        assert!(out.contains("\"type\":\"upstream_error\""));
+        assert!(out.contains("request id: rid"));
+        assert_eq!(usage.output_tokens, 1);
+    }
+
+    #[test]
+    fn validation_names_fields() {
+        let p = |v: Value| validate(&v).unwrap_err().param;
+        assert_eq!(p(json!({"messages": []})), Some("model".into()));
+        assert_eq!(p(json!({"model": "m"})), Some("messages".into()));
+        assert_eq!(
+            p(json!({"model": "m", "messages": [{"content": "x"}]})),
+            Some("messages[0].role".into())
+        );
+        assert_eq!(
+            p(
+                json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"})
+            ),
+            Some("stream".into())
+        );
+        assert!(
+            validate(&json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn passthrough_asks_for_usage() {
+        let (b, wants) = passthrough_request(json!({"model": "a", "stream": true}), "b", true);
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(v["model"], "b");
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        assert!(!wants);
+    }
+}

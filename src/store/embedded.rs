@@ -1,0 +1,417 @@
+//! The embedded store: SQLite in WAL mode, the default, for a single node.
+//!
+//! SQLite is the authority for everything. All statements run on one dedicated thread
+//! that owns the connection and commits in groups: it takes the first queued job, drains
+//! whatever else is queued, runs each job inside its own savepoint (one failing job
+//! undoes only itself), commits once, and only then answers every job. A caller that
+//! got an answer is durable against a process crash or `kill -9` (the WAL is written
+//! before the answer); with `synchronous=NORMAL`, an OS crash or power loss may lose
+//! the last transactions. No tokio worker ever blocks on SQLite.
+//!
+//! Other processes (the CLI) may use the same file at the same time: SQLite's own locking
+//! and `busy_timeout` handle that, and nothing here caches rows.
+
+use super::{
+    KeyPatch, KeyRecord, KeyStatus, Micros, Reservation, ReserveDenied, Store, StoreError,
+    StoreResult, UsageRecord,
+};
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use tokio::sync::oneshot;
+
+/// Jobs one commit may carry.
+const MAX_GROUP: usize = 512;
+/// Usage rows kept per key.
+const USAGE_PER_KEY: i64 = 10_000;
+/// Prune a key's usage rows once every this many inserts.
+const PRUNE_EVERY: u64 = 1_000;
+
+type Finish = Box<dyn FnOnce(Option<StoreError>) + Send>;
+type Job = Box<dyn FnOnce(&Connection) -> Finish + Send>;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS keys (
+    id TEXT PRIMARY KEY, hash TEXT NOT NULL, display TEXT NOT NULL, name TEXT NOT NULL,
+    status TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER,
+    models TEXT NOT NULL, allow_ips TEXT NOT NULL, rpm INTEGER,
+    quota_limit INTEGER, quota_used INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS reservations (
+    id TEXT PRIMARY KEY, key_id TEXT NOT NULL, amount INTEGER NOT NULL, expires_at INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reservations_key ON reservations(key_id, expires_at);
+CREATE TABLE IF NOT EXISTS usage (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, key_id TEXT NOT NULL, record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS usage_key ON usage(key_id, seq);
+";
+
+pub struct EmbeddedStore {
+    dir: PathBuf,
+    jobs: Mutex<mpsc::Sender<Job>>,
+    lock: Mutex<Option<File>>,
+    /// Per-key (minute window, count); a single node needs no shared counter.
+    rates: Mutex<HashMap<String, (i64, u32)>>,
+    inserts: AtomicU64,
+}
+
+fn internal(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Internal(e.to_string())
+}
+
+impl EmbeddedStore {
+    /// Opens (creating if needed) the store in `dir`.
+    pub fn open(dir: &Path) -> StoreResult<EmbeddedStore> {
+        std::fs::create_dir_all(dir).map_err(internal)?;
+        let conn = Connection::open(dir.join("gateway.db")).map_err(internal)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(internal)?;
+        conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
+            .map_err(internal)?;
+        conn.execute_batch(SCHEMA).map_err(internal)?;
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("embedded-store".into())
+            .spawn(move || writer(conn, rx))
+            .map_err(internal)?;
+        Ok(EmbeddedStore {
+            dir: dir.to_path_buf(),
+            jobs: Mutex::new(tx),
+            lock: Mutex::new(None),
+            rates: Mutex::new(HashMap::new()),
+            inserts: AtomicU64::new(0),
+        })
+    }
+
+    /// Claims the directory for one server process. Reservations left by a previous
+    /// server are dropped: a restarted single node has no request in flight.
+    pub fn lock_exclusive(&self) -> StoreResult<()> {
+        let f = File::create(self.dir.join("LOCK")).map_err(internal)?;
+        f.try_lock().map_err(|_| {
+            StoreError::Conflict(format!(
+                "{} is in use by another gateway",
+                self.dir.display()
+            ))
+        })?;
+        *self.lock.lock() = Some(f);
+        let conn = Connection::open(self.dir.join("gateway.db")).map_err(internal)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(internal)?;
+        conn.execute("DELETE FROM reservations", [])
+            .map_err(internal)?;
+        Ok(())
+    }
+
+    /// Runs `f` on the store thread, inside the next group commit.
+    async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |conn| {
+            let r = in_savepoint(conn, f);
+            Box::new(move |commit_err| {
+                let _ = tx.send(match commit_err {
+                    None => r,
+                    Some(e) => Err(e),
+                });
+            })
+        });
+        self.jobs
+            .lock()
+            .send(job)
+            .map_err(|_| StoreError::Internal("store thread stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Internal("store thread dropped a job".into()))?
+    }
+}
+
+fn in_savepoint<T>(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> StoreResult<T>,
+) -> StoreResult<T> {
+    conn.execute_batch("SAVEPOINT job").map_err(internal)?;
+    let r = f(conn);
+    let end = if r.is_ok() {
+        "RELEASE job"
+    } else {
+        "ROLLBACK TO job; RELEASE job"
+    };
+    conn.execute_batch(end).map_err(internal)?;
+    r
+}
+
+fn writer(conn: Connection, rx: mpsc::Receiver<Job>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            // Dropping the jobs drops their reply channels: each caller gets an error.
+            tracing::error!(error = %e, "embedded store cannot begin a transaction");
+            continue;
+        }
+        let finishes: Vec<Finish> = batch.into_iter().map(|job| job(&conn)).collect();
+        let err = conn.execute_batch("COMMIT").map_err(internal).err();
+        if err.is_some() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        for f in finishes {
+            f(err.clone());
+        }
+    }
+}
+
+const KEY_COLUMNS: &str =
+    "id, hash, display, name, status, created_at, expires_at, models, allow_ips, rpm, quota_limit, quota_used";
+
+fn key_from_row(r: &Row<'_>) -> rusqlite::Result<KeyRecord> {
+    let status: String = r.get(4)?;
+    let models: String = r.get(7)?;
+    let ips: String = r.get(8)?;
+    Ok(KeyRecord {
+        id: r.get(0)?,
+        hash: r.get(1)?,
+        display: r.get(2)?,
+        name: r.get(3)?,
+        status: KeyStatus::parse(&status).unwrap_or(KeyStatus::Disabled),
+        created_at: r.get(5)?,
+        expires_at: r.get(6)?,
+        models: serde_json::from_str(&models).unwrap_or_default(),
+        allow_ips: serde_json::from_str(&ips).unwrap_or_default(),
+        rpm: r.get(9)?,
+        quota_limit: r.get(10)?,
+        quota_used: r.get(11)?,
+    })
+}
+
+fn get_key(conn: &Connection, id: &str) -> StoreResult<Option<KeyRecord>> {
+    conn.query_row(
+        &format!("SELECT {KEY_COLUMNS} FROM keys WHERE id = ?1"),
+        [id],
+        key_from_row,
+    )
+    .optional()
+    .map_err(internal)
+}
+
+fn json_list(v: &[String]) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "[]".into())
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    async fn create_key(&self, rec: &KeyRecord) -> StoreResult<()> {
+        let r = rec.clone();
+        self.call(move |c| {
+            let n = c
+                .execute(
+                    "INSERT OR IGNORE INTO keys (id, hash, display, name, status, created_at, expires_at,
+                       models, allow_ips, rpm, quota_limit, quota_used)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                    params![
+                        r.id, r.hash, r.display, r.name, r.status.as_str(), r.created_at, r.expires_at,
+                        json_list(&r.models), json_list(&r.allow_ips), r.rpm, r.quota_limit, r.quota_used
+                    ],
+                )
+                .map_err(internal)?;
+            if n == 0 {
+                return Err(StoreError::Conflict(format!("key {} exists", r.id)));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get_key(&self, id: &str) -> StoreResult<Option<KeyRecord>> {
+        let id = id.to_string();
+        self.call(move |c| get_key(c, &id)).await
+    }
+
+    async fn list_keys(&self) -> StoreResult<Vec<KeyRecord>> {
+        self.call(|c| {
+            let mut st = c
+                .prepare(&format!(
+                    "SELECT {KEY_COLUMNS} FROM keys ORDER BY created_at, id"
+                ))
+                .map_err(internal)?;
+            let rows = st.query_map([], key_from_row).map_err(internal)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(internal)
+        })
+        .await
+    }
+
+    async fn update_key(&self, id: &str, patch: &KeyPatch) -> StoreResult<Option<KeyRecord>> {
+        let (id, patch) = (id.to_string(), patch.clone());
+        self.call(move |c| {
+            let Some(mut rec) = get_key(c, &id)? else {
+                return Ok(None);
+            };
+            patch.apply(&mut rec);
+            c.execute(
+                "UPDATE keys SET name = ?2, status = ?3, expires_at = ?4, models = ?5, allow_ips = ?6,
+                   rpm = ?7, quota_limit = ?8 WHERE id = ?1",
+                params![
+                    rec.id, rec.name, rec.status.as_str(), rec.expires_at, json_list(&rec.models),
+                    json_list(&rec.allow_ips), rec.rpm, rec.quota_limit
+                ],
+            )
+            .map_err(internal)?;
+            Ok(Some(rec))
+        })
+        .await
+    }
+
+    async fn delete_key(&self, id: &str) -> StoreResult<bool> {
+        let id = id.to_string();
+        self.call(move |c| {
+            c.execute("DELETE FROM reservations WHERE key_id = ?1", [&id])
+                .map_err(internal)?;
+            Ok(c.execute("DELETE FROM keys WHERE id = ?1", [&id])
+                .map_err(internal)?
+                > 0)
+        })
+        .await
+    }
+
+    async fn reserve(
+        &self,
+        key_id: &str,
+        reservation_id: &str,
+        min: Micros,
+        max: Micros,
+        now: i64,
+        ttl_secs: u64,
+    ) -> StoreResult<Result<Reservation, ReserveDenied>> {
+        let (key_id, rid) = (key_id.to_string(), reservation_id.to_string());
+        self.call(move |c| {
+            c.execute(
+                "DELETE FROM reservations WHERE key_id = ?1 AND expires_at <= ?2",
+                params![key_id, now],
+            )
+            .map_err(internal)?;
+            let Some(rec) = get_key(c, &key_id)? else {
+                return Ok(Err(ReserveDenied::NotFound));
+            };
+            if rec.status != KeyStatus::Enabled {
+                return Ok(Err(ReserveDenied::Disabled));
+            }
+            if rec.expires_at.is_some_and(|t| now >= t) {
+                return Ok(Err(ReserveDenied::Expired));
+            }
+            let amount = match rec.quota_limit {
+                None => max,
+                Some(limit) => {
+                    let reserved: i64 = c
+                        .query_row(
+                            "SELECT COALESCE(SUM(amount), 0) FROM reservations WHERE key_id = ?1",
+                            [&key_id],
+                            |r| r.get(0),
+                        )
+                        .map_err(internal)?;
+                    let available = limit - rec.quota_used - reserved;
+                    if available < min {
+                        return Ok(Err(ReserveDenied::QuotaExhausted));
+                    }
+                    max.min(available)
+                }
+            };
+            c.execute(
+                "INSERT OR REPLACE INTO reservations (id, key_id, amount, expires_at) VALUES (?1, ?2, ?3, ?4)",
+                params![rid, key_id, amount, now.saturating_add(ttl_secs as i64)],
+            )
+            .map_err(internal)?;
+            Ok(Ok(Reservation {
+                id: rid,
+                key_id,
+                amount,
+            }))
+        })
+        .await
+    }
+
+    async fn settle(&self, reservation: &Reservation, actual: Micros) -> StoreResult<()> {
+        let r = reservation.clone();
+        let actual = actual.max(0);
+        self.call(move |c| {
+            c.execute("DELETE FROM reservations WHERE id = ?1", [&r.id])
+                .map_err(internal)?;
+            c.execute(
+                "UPDATE keys SET quota_used = quota_used + ?2 WHERE id = ?1",
+                params![r.key_id, actual],
+            )
+            .map_err(internal)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn rate_hit(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<bool> {
+        let window = now_ms.div_euclid(60_000);
+        let mut rates = self.rates.lock();
+        if rates.len() > 100_000 {
+            rates.retain(|_, (w, _)| *w >= window);
+        }
+        let e = rates.entry(key_id.to_string()).or_insert((window, 0));
+        if e.0 != window {
+            *e = (window, 0);
+        }
+        if e.1 >= rpm {
+            return Ok(false);
+        }
+        e.1 += 1;
+        Ok(true)
+    }
+
+    async fn append_usage(&self, rec: &UsageRecord) -> StoreResult<()> {
+        let text = serde_json::to_string(rec).map_err(internal)?;
+        let key_id = rec.key_id.clone();
+        let prune = self.inserts.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
+        self.call(move |c| {
+            c.execute("INSERT INTO usage (key_id, record) VALUES (?1, ?2)", params![key_id, text])
+                .map_err(internal)?;
+            if prune {
+                c.execute(
+                    "DELETE FROM usage WHERE key_id = ?1 AND seq <= (
+                       SELECT seq FROM usage WHERE key_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+                    params![key_id, USAGE_PER_KEY],
+                )
+                .map_err(internal)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn recent_usage(&self, key_id: &str, limit: usize) -> StoreResult<Vec<UsageRecord>> {
+        let key_id = key_id.to_string();
+        self.call(move |c| {
+            let mut st = c
+                .prepare("SELECT record FROM usage WHERE key_id = ?1 ORDER BY seq DESC LIMIT ?2")
+                .map_err(internal)?;
+            let rows = st
+                .query_map(params![key_id, limit as i64], |r| r.get::<_, String>(0))
+                .map_err(internal)?;
+            let mut out = Vec::new();
+            for text in rows {
+                out.push(serde_json::from_str(&text.map_err(internal)?).map_err(internal)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.call(|_| Ok(())).await
+    }
+}
