@@ -69,6 +69,8 @@ pub struct Channel {
     pub api_key: String,
     pub models: Vec<String>,
     pub model_map: BTreeMap<String, String>,
+    /// Serves the Responses API natively (`openai` channels).
+    pub responses_api: bool,
     pub priority: i32,
     pub weight: u32,
     pub connect_timeout: Duration,
@@ -142,6 +144,12 @@ impl Channel {
                 ));
             }
         }
+        if c.responses_api && protocol != ChannelProtocol::OpenAi {
+            return Err(config_err(
+                format!("{path}.responses_api"),
+                "only `openai` channels can serve the Responses API natively",
+            ));
+        }
         if c.weight == 0 {
             return Err(config_err(format!("{path}.weight"), "must be at least 1"));
         }
@@ -156,11 +164,23 @@ impl Channel {
             api_key: c.api_key,
             models: c.models,
             model_map: c.model_map,
+            responses_api: c.responses_api,
             priority: c.priority,
             weight: c.weight,
             connect_timeout: Duration::from_secs(c.connect_timeout_secs.max(1)),
             read_timeout: Duration::from_secs(c.read_timeout_secs.max(1)),
         })
+    }
+
+    /// The protocol this channel is spoken to in, for a client speaking `client`:
+    /// responses clients reach a native Responses API as they are, every other pair goes
+    /// through the channel's chat-style protocol.
+    pub fn upstream_protocol(&self, client: Protocol) -> Protocol {
+        if client == Protocol::Responses && self.responses_api {
+            Protocol::Responses
+        } else {
+            self.protocol.wire()
+        }
     }
 
     /// The model name sent upstream for the name the caller used.
@@ -268,6 +288,7 @@ mod tests {
             api_key: String::new(),
             models: vec!["m".into()],
             model_map: BTreeMap::new(),
+            responses_api: false,
             priority,
             weight,
             connect_timeout_secs: 1,

@@ -106,6 +106,9 @@ pub struct RawChannel {
     pub models: Vec<String>,
     #[serde(default)]
     pub model_map: BTreeMap<String, String>,
+    /// `openai` channels only: the upstream serves `/v1/responses` itself.
+    #[serde(default)]
+    pub responses_api: bool,
     #[serde(default)]
     pub priority: i32,
     #[serde(default = "default_weight")]

@@ -6,7 +6,12 @@
 //! and [`stream_translator`] (a state machine per stream, fed chunk by chunk).
 
 pub mod chat;
+pub mod gemini;
+pub mod ir;
+pub mod messages;
+pub mod responses;
 pub mod sse;
+mod translate;
 
 use serde_json::Value;
 
@@ -52,6 +57,11 @@ pub struct RequestOptions<'a> {
     /// The model name sent upstream (after the channel's model map).
     pub upstream_model: &'a str,
     pub stream: bool,
+    /// The output limit to send when the request names none and the upstream protocol
+    /// requires one (messages `max_tokens`): the limit the reservation was sized for.
+    pub default_max_tokens: u64,
+    /// `/v1/responses/compact` (spec 4.5).
+    pub compact: bool,
 }
 
 pub struct UpstreamRequest {
@@ -66,13 +76,20 @@ pub struct ResponseContext<'a> {
     pub client_model: &'a str,
     pub request_id: &'a str,
     pub created: i64,
+    /// `/v1/responses/compact`: the answer is a `response.compaction` object.
+    pub compact: bool,
 }
 
+#[derive(Debug, Clone)]
 pub struct StreamContext {
     pub client_model: String,
     pub request_id: String,
     pub created: i64,
+    /// Chat clients: whether the client asked for the usage chunk.
     pub client_wants_usage: bool,
+    /// Generate-content clients: `alt=sse` (server-sent events); without it the stream is
+    /// a JSON array written element by element.
+    pub client_sse: bool,
 }
 
 /// A stream's state machine: upstream bytes in, client bytes out.
@@ -95,75 +112,129 @@ fn unsupported(client: Protocol, upstream: Protocol) -> Invalid {
     }
 }
 
-/// Parses and validates a client request body.
+/// Parses and validates a client request body (the 400s, before anything is reserved).
 pub fn parse_request(client: Protocol, body: &[u8]) -> Result<Value, Invalid> {
     let v: Value = serde_json::from_slice(body).map_err(|e| Invalid {
         param: None,
         message: format!("The request body is not valid JSON: {e}."),
     })?;
+    if !v.is_object() {
+        return Err(Invalid {
+            param: None,
+            message: "The request body must be a JSON object.".into(),
+        });
+    }
     match client {
         Protocol::Chat => chat::validate(&v)?,
-        Protocol::Messages | Protocol::Gemini | Protocol::Responses => {
-            if !v.is_object() {
-                return Err(Invalid {
-                    param: None,
-                    message: "The request body must be a JSON object.".into(),
-                });
-            }
-        }
+        Protocol::Messages => messages::validate(&v)?,
+        Protocol::Gemini => gemini::validate(&v)?,
+        Protocol::Responses => responses::validate(&v)?,
     }
     Ok(v)
 }
 
+/// The client's request in the upstream's protocol. Same protocol: passed through with
+/// only the model rewritten (unknown fields survive). Otherwise: through [`ir`].
 pub fn translate_request(
     client: Protocol,
     upstream: Protocol,
     body: Value,
     opts: &RequestOptions,
 ) -> Result<UpstreamRequest, Invalid> {
-    match (client, upstream) {
-        (Protocol::Chat, Protocol::Chat) => {
-            let (body, client_wants_usage) =
-                chat::passthrough_request(body, opts.upstream_model, opts.stream);
-            Ok(UpstreamRequest {
-                body,
-                path: "/v1/chat/completions".into(),
-                client_wants_usage,
-            })
-        }
-        (c, u) => Err(unsupported(c, u)),
+    if client == upstream {
+        return Ok(match client {
+            Protocol::Chat => chat::passthrough_request(body, opts),
+            Protocol::Messages => messages::passthrough_request(body, opts),
+            Protocol::Gemini => gemini::passthrough_request(body, opts),
+            Protocol::Responses => responses::passthrough_request(body, opts),
+        });
     }
+    let client_wants_usage =
+        client == Protocol::Chat && body["stream_options"]["include_usage"].as_bool() == Some(true);
+    let req = match client {
+        Protocol::Chat => chat::to_ir(body)?,
+        Protocol::Messages => messages::to_ir(body)?,
+        Protocol::Gemini => gemini::to_ir(body)?,
+        Protocol::Responses if opts.compact => responses::compact_to_ir(body)?,
+        Protocol::Responses => responses::to_ir(body)?,
+    };
+    let mut out = match upstream {
+        Protocol::Chat => chat::from_ir(&req, opts)?,
+        Protocol::Messages => messages::from_ir(&req, opts)?,
+        Protocol::Gemini => gemini::from_ir(&req, opts)?,
+        Protocol::Responses => return Err(unsupported(client, upstream)),
+    };
+    out.client_wants_usage = client_wants_usage;
+    Ok(out)
 }
 
+/// A whole upstream answer in the client's protocol, and the usage it reports.
 pub fn translate_response(
     upstream: Protocol,
     client: Protocol,
     body: &[u8],
     ctx: &ResponseContext,
 ) -> Result<(Vec<u8>, Usage), TranslateError> {
-    match (upstream, client) {
-        (Protocol::Chat, Protocol::Chat) => chat::passthrough_response(body, ctx.client_model),
-        _ => Err(TranslateError::Shape("unsupported protocol pair")),
+    if upstream == client {
+        return match client {
+            Protocol::Chat => chat::passthrough_response(body, ctx.client_model),
+            Protocol::Messages => messages::passthrough_response(body, ctx.client_model),
+            Protocol::Gemini => gemini::passthrough_response(body, ctx.client_model),
+            Protocol::Responses => responses::passthrough_response(body, ctx.client_model),
+        };
     }
+    let resp = match upstream {
+        Protocol::Chat => chat::parse_response(body)?,
+        Protocol::Messages => messages::parse_response(body)?,
+        Protocol::Gemini => gemini::parse_response(body)?,
+        Protocol::Responses => return Err(TranslateError::Shape("unsupported protocol pair")),
+    };
+    let out = match client {
+        Protocol::Chat => chat::render_response(&resp, ctx),
+        Protocol::Messages => messages::render_response(&resp, ctx),
+        Protocol::Gemini => gemini::render_response(&resp, ctx),
+        Protocol::Responses if ctx.compact => responses::render_compaction(&resp, ctx),
+        Protocol::Responses => responses::render_response(&resp, ctx),
+    };
+    Ok((out, resp.usage))
 }
 
+/// The state machine for one stream, upstream bytes in, client bytes out.
 pub fn stream_translator(
     upstream: Protocol,
     client: Protocol,
     ctx: StreamContext,
 ) -> Box<dyn StreamTranslator> {
-    match (upstream, client) {
-        (Protocol::Chat, Protocol::Chat) => Box::new(chat::Passthrough::new(ctx)),
-        // translate_request refuses every other pair before a stream can start.
-        _ => Box::new(chat::Passthrough::new(ctx)),
+    if upstream == client {
+        return match client {
+            Protocol::Chat => Box::new(chat::Passthrough::new(ctx)),
+            Protocol::Messages => messages::passthrough_stream(ctx),
+            Protocol::Gemini => gemini::passthrough_stream(ctx),
+            Protocol::Responses => responses::passthrough_stream(ctx),
+        };
     }
+    let decoder = match upstream {
+        Protocol::Chat => chat::decoder(),
+        Protocol::Messages => messages::decoder(),
+        Protocol::Gemini => gemini::decoder(),
+        // translate_request refuses this pair before a stream can start.
+        Protocol::Responses => chat::decoder(),
+    };
+    let encoder = match client {
+        Protocol::Chat => chat::encoder(&ctx),
+        Protocol::Messages => messages::encoder(&ctx),
+        Protocol::Gemini => gemini::encoder(&ctx),
+        Protocol::Responses => responses::encoder(&ctx),
+    };
+    Box::new(translate::Translated::new(decoder, encoder, ctx.request_id))
 }
 
 /// The terminal error event of a client protocol's stream.
 pub fn stream_error_event(client: Protocol, message: &str) -> Vec<u8> {
     match client {
-        Protocol::Chat | Protocol::Messages | Protocol::Gemini | Protocol::Responses => {
-            chat::error_event(message)
-        }
+        Protocol::Chat => chat::error_event(message),
+        Protocol::Messages => messages::error_event(message),
+        Protocol::Gemini => gemini::error_event(message),
+        Protocol::Responses => responses::error_event(message),
     }
 }

@@ -116,6 +116,15 @@ pub async fn handle(
     result
 }
 
+/// Generate-content streams are server-sent events only with `alt=sse` (spec 4.18).
+fn client_sse(session: &Session) -> bool {
+    session
+        .req_header()
+        .uri
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"))
+}
+
 /// What settles the bill when the upstream reports no usage: the prompt estimated at four
 /// bytes a token (the output is unknown then and is not guessed).
 struct Billing {
@@ -158,7 +167,7 @@ async fn exchange(
             parsed.clone()
         }
         .ok_or(GatewayError::Internal)?;
-        let upstream_protocol = channel.protocol.wire();
+        let upstream_protocol = channel.upstream_protocol(route.protocol);
         let req = protocol::translate_request(
             route.protocol,
             upstream_protocol,
@@ -166,6 +175,8 @@ async fn exchange(
             &RequestOptions {
                 upstream_model: channel.upstream_model(model),
                 stream,
+                default_max_tokens: billing.price.max_output_tokens,
+                compact: route.compact,
             },
         )
         .map_err(|i| GatewayError::BadRequest {
@@ -205,6 +216,7 @@ async fn exchange(
                 client: route.protocol,
                 client_model: model,
                 client_wants_usage: req.client_wants_usage,
+                client_sse: client_sse(session),
             };
             stream::relay(gw, session, ctx, ex, sctx, billing, guard).await;
             Ok(())
@@ -217,7 +229,7 @@ async fn exchange(
                 session,
                 ctx,
                 ex,
-                route.protocol,
+                route,
                 upstream_protocol,
                 model,
                 billing,
@@ -235,7 +247,7 @@ async fn whole(
     session: &mut Session,
     ctx: &mut Ctx,
     mut ex: Exchange,
-    client: Protocol,
+    route: &Relay,
     upstream: Protocol,
     model: &str,
     billing: &Billing,
@@ -247,8 +259,9 @@ async fn whole(
         client_model: model,
         request_id: &ctx.request_id,
         created: ids::now_secs(),
+        compact: route.compact,
     };
-    let (out, usage) = protocol::translate_response(upstream, client, &body, &rctx).map_err(|e| {
+    let (out, usage) = protocol::translate_response(upstream, route.protocol, &body, &rctx).map_err(|e| {
         tracing::warn!(request_id = %ctx.request_id, error = ?e, "upstream response not understood");
         GatewayError::Upstream(UpstreamFailure::BadResponse)
     })?;

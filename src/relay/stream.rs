@@ -21,6 +21,7 @@ pub struct Plan<'a> {
     pub client: Protocol,
     pub client_model: &'a str,
     pub client_wants_usage: bool,
+    pub client_sse: bool,
 }
 
 pub async fn relay(
@@ -40,10 +41,17 @@ pub async fn relay(
             request_id: ctx.request_id.clone(),
             created: ids::now_secs(),
             client_wants_usage: plan.client_wants_usage,
+            client_sse: plan.client_sse,
         },
     );
     ctx.status = 200;
-    let mut client_ok = match response_header(ctx, 200, "text/event-stream", None) {
+    // Generate-content without `alt=sse` streams a JSON array (spec 4.18).
+    let content_type = if plan.client == Protocol::Gemini && !plan.client_sse {
+        "application/json"
+    } else {
+        "text/event-stream"
+    };
+    let mut client_ok = match response_header(ctx, 200, content_type, None) {
         Some(h) => session
             .write_response_header(Box::new(h), false)
             .await

@@ -1,8 +1,12 @@
 //! The default chat protocol (Chat Completions): validation, same-protocol passthrough
 //! of requests, responses and streams, with usage capture.
 
+use super::ir::{self, StreamDecoder, StreamEncoder};
 use super::sse::{Decoder, Event};
-use super::{Invalid, StreamContext, StreamTranslator, TranslateError, Usage};
+use super::{
+    Invalid, RequestOptions, ResponseContext, StreamContext, StreamTranslator, TranslateError,
+    UpstreamRequest, Usage,
+};
 use serde_json::{json, Map, Value};
 
 fn invalid(param: &str, message: impl Into<String>) -> Invalid {
@@ -81,7 +85,8 @@ pub fn validate(body: &Value) -> Result<(), Invalid> {
 
 /// Same-protocol request: only the model is rewritten, and streams ask for usage.
 /// Returns the body and whether the client itself asked for usage.
-pub fn passthrough_request(mut body: Value, upstream_model: &str, stream: bool) -> (Vec<u8>, bool) {
+pub fn passthrough_request(mut body: Value, opts: &RequestOptions) -> UpstreamRequest {
+    let (upstream_model, stream) = (opts.upstream_model, opts.stream);
     let mut wants_usage = false;
     if let Some(obj) = body.as_object_mut() {
         obj.insert("model".into(), Value::String(upstream_model.to_string()));
@@ -98,7 +103,11 @@ pub fn passthrough_request(mut body: Value, upstream_model: &str, stream: bool) 
             }
         }
     }
-    (serde_json::to_vec(&body).unwrap_or_default(), wants_usage)
+    UpstreamRequest {
+        body: serde_json::to_vec(&body).unwrap_or_default(),
+        path: "/v1/chat/completions".into(),
+        client_wants_usage: wants_usage,
+    }
 }
 
 pub fn usage_of(u: &Value) -> Usage {
@@ -237,6 +246,27 @@ impl StreamTranslator for Passthrough {
     }
 }
 
+// ---- conversion to and from the pivot (cross-protocol) ----
+
+pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
+    todo!()
+}
+pub fn render_response(resp: &ir::Response, ctx: &ResponseContext) -> Vec<u8> {
+    todo!()
+}
+pub fn encoder(ctx: &StreamContext) -> Box<dyn StreamEncoder> {
+    todo!()
+}
+pub fn from_ir(req: &ir::Request, opts: &RequestOptions) -> Result<UpstreamRequest, Invalid> {
+    todo!()
+}
+pub fn parse_response(body: &[u8]) -> Result<ir::Response, TranslateError> {
+    todo!()
+}
+pub fn decoder() -> Box<dyn StreamDecoder> {
+    todo!()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -247,6 +277,7 @@ mod tests {
             request_id: "rid".into(),
             created: 0,
             client_wants_usage: wants,
+            client_sse: true,
         }
     }
 
@@ -313,8 +344,17 @@ mod tests {
 
     #[test]
     fn passthrough_asks_for_usage() {
-        let (b, wants) = passthrough_request(json!({"model": "a", "stream": true}), "b", true);
-        let v: Value = serde_json::from_slice(&b).unwrap();
+        let opts = RequestOptions {
+            upstream_model: "b",
+            stream: true,
+            default_max_tokens: 100,
+            compact: false,
+        };
+        let r = passthrough_request(json!({"model": "a", "stream": true}), &opts);
+        let (v, wants): (Value, bool) = (
+            serde_json::from_slice(&r.body).unwrap(),
+            r.client_wants_usage,
+        );
         assert_eq!(v["model"], "b");
         assert_eq!(v["stream_options"]["include_usage"], true);
         assert!(!wants);
