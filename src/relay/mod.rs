@@ -35,6 +35,13 @@ pub async fn handle(
     route: &Relay,
 ) -> Result<(), GatewayError> {
     let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
+    if route.protocol == Protocol::Messages && messages_version(session).is_none() {
+        // spec 4.17, 9: the messages protocol requires its version header.
+        return Err(GatewayError::bad_request(
+            Some("msg-version"),
+            "The `msg-version` (or `anthropic-version`) header is required.",
+        ));
+    }
     let raw = body::read(session, gw.config.limits.max_body_bytes).await?;
     let mut parsed =
         protocol::parse_request(route.protocol, &raw).map_err(|i| GatewayError::BadRequest {
@@ -114,6 +121,13 @@ pub async fn handle(
     let cost = ctx.record.as_ref().map_or(0, |r| r.cost);
     guard.settle(cost).await;
     result
+}
+
+/// The messages protocol's version header, under its neutral or its real name.
+pub fn messages_version(session: &Session) -> Option<&str> {
+    ["msg-version", "anthropic-version"]
+        .iter()
+        .find_map(|n| session.get_header(*n).and_then(|v| v.to_str().ok()))
 }
 
 /// Generate-content streams are server-sent events only with `alt=sse` (spec 4.18).

@@ -5,12 +5,15 @@
 mod gateway;
 #[path = "../support/mock_upstream.rs"]
 mod mock_upstream;
+#[path = "../support/providers.rs"]
+mod providers;
 #[path = "../support/redis.rs"]
 mod redis_server;
 
 mod auth;
 mod chat;
 mod local;
+mod protocols;
 mod quota;
 mod sdk;
 mod stores;

@@ -3,6 +3,7 @@
 
 use crate::gateway::{StoreKind, TestGateway};
 use crate::mock_upstream::{openai, End, MockUpstream, Reply};
+use crate::{protocols, providers};
 use serde_json::json;
 use std::time::Duration;
 
@@ -30,18 +31,28 @@ async fn official_python_sdks() {
         return;
     }
     let up = openai_upstream().await;
-    let cfg = format!(
-        "channels:\n  - {{ name: oa, protocol: openai, base_url: \"{}\", models: [gpt-4o-mini] }}\nprices:\n  gpt-4o-mini: {{ input: 0.15, output: 0.60 }}\n",
-        up.base_url()
-    );
+    let scripted = providers::start().await;
+    // The protocol matrix's channels, plus one for the openai-only tests.
+    let cfg = protocols::config(&scripted.base_url()).replacen(
+        "channels:\n",
+        &format!(
+            "channels:\n  - {{ name: sdk, protocol: openai, base_url: \"{}\", models: [gpt-4o-mini] }}\n",
+            up.base_url()
+        ),
+        1,
+    ) + "  gpt-4o-mini: { input: 0.15, output: 0.60 }\n";
     let gw = TestGateway::start(&cfg, StoreKind::Embedded).await;
-    let (key, _) = gw.create_key(json!({"quota_usd": 1})).await;
+    let (key, _) = gw
+        .create_key(json!({"quota_usd": 1, "models": ["gpt-4o-mini"]}))
+        .await;
+    let (key_all, _) = gw.create_key(json!({"quota_usd": 1})).await;
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/e2e");
     let python = std::env::var("MG_PYTHON").unwrap_or_else(|_| "python3".into());
     let out = tokio::process::Command::new(python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", dir])
         .env("GATEWAY_BASE_URL", &gw.base)
         .env("GATEWAY_KEY", &key)
+        .env("GATEWAY_KEY_ALL", &key_all)
         .output()
         .await
         .expect("python3 runs (the test command installs the SDKs)");
