@@ -400,3 +400,42 @@ async fn messages_and_gemini_validation_answer_in_their_own_shape() {
     assert_eq!(up.requests().len(), 1);
     assert_eq!(gw.used_micros(&id).await, COST);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gemini_speech_requests_pass_through_to_gemini_channels_only() {
+    let up = providers::start().await;
+    let gw = TestGateway::start(&config(&up.base_url()), StoreKind::Embedded).await;
+    let (key, id) = gw.create_key(json!({})).await;
+    let speech = json!({
+        "contents": [{"parts": [{"text": "Say cheerfully: Have a wonderful day!"}]}],
+        "generationConfig": {"responseModalities": ["AUDIO"],
+            "speechConfig": {"voiceConfig": {"prebuiltVoiceConfig": {"voiceName": "Kore"}}}}
+    });
+    let post = |model: &str| {
+        gw.http
+            .post(gw.url(&format!("/v1beta/models/{model}:generateContent?key={key}")))
+            .json(&speech)
+            .send()
+    };
+    let r = post("m-gemini").await.unwrap();
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    let audio = &v["candidates"][0]["content"]["parts"][0]["inlineData"];
+    assert_eq!(audio["mimeType"], "audio/L16;codec=pcm;rate=24000", "{v}");
+    assert_eq!(audio["data"], "AAECAw==");
+    let seen = up.last();
+    assert_eq!(seen.path, "/v1beta/models/m-gemini:generateContent");
+    assert_eq!(
+        seen.json()["generationConfig"]["speechConfig"],
+        speech["generationConfig"]["speechConfig"]
+    );
+    assert!(
+        !seen.headers.iter().any(|(_, v)| v.contains(&key)),
+        "the client key is never forwarded"
+    );
+    assert_eq!(gw.used_micros(&id).await, COST);
+    // Audio output cannot be produced by a chat upstream: refused before any call.
+    let r = post("m-openai").await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(up.requests().len(), 1);
+}

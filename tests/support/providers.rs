@@ -267,6 +267,18 @@ fn gemini(b: &Value, model: &str, stream: bool) -> Result<Reply, String> {
             }
         }
     }
+    if b["generationConfig"]["responseModalities"][0] == "AUDIO" {
+        // Spec 4.18: speech comes back as inline PCM audio.
+        return Ok(Reply::json(
+            200,
+            json!({"candidates": [{"content": {"role": "model", "parts": [
+            {"inlineData": {"mimeType": "audio/L16;codec=pcm;rate=24000", "data": "AAECAw=="}}]},
+            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": PROMPT_TOKENS, "candidatesTokenCount": OUTPUT_TOKENS,
+                "totalTokenCount": PROMPT_TOKENS + OUTPUT_TOKENS, "cachedContentTokenCount": CACHED_TOKENS},
+            "modelVersion": model}),
+        ));
+    }
     let last = contents.last().ok_or("empty contents")?;
     let answered = last["parts"]
         .as_array()
