@@ -1,11 +1,30 @@
 //! The default chat protocol (Chat Completions): validation, same-protocol passthrough
-//! of requests, responses and streams, with usage capture.
+//! of requests, responses and streams with usage capture, and conversion to and from
+//! [`ir`](super::ir) for the other protocols, on both sides of the gateway:
+//!
+//! - a chat client: [`to_ir`] (its request), [`render_response`] and [`encoder`] (the
+//!   answer, whole or streamed);
+//! - a chat upstream: [`from_ir`] (the request it gets), [`parse_response`] and
+//!   [`decoder`] (its answer, whole or streamed).
 
-use super::ir::{self, StreamDecoder, StreamEncoder};
+mod decode;
+mod encode;
+mod from_ir;
+mod response;
+#[cfg(test)]
+mod testutil;
+mod to_ir;
+
+pub use decode::decoder;
+pub use encode::encoder;
+pub use from_ir::from_ir;
+pub use response::{parse_response, render_response};
+pub use to_ir::to_ir;
+
 use super::sse::{Decoder, Event};
 use super::{
-    Invalid, RequestOptions, ResponseContext, StreamContext, StreamTranslator, TranslateError,
-    UpstreamRequest, Usage,
+    Invalid, RequestOptions, StreamContext, StreamTranslator, TranslateError, UpstreamRequest,
+    Usage,
 };
 use serde_json::{json, Map, Value};
 
@@ -244,27 +263,6 @@ impl StreamTranslator for Passthrough {
     fn usage(&self) -> Usage {
         self.usage
     }
-}
-
-// ---- conversion to and from the pivot (cross-protocol) ----
-
-pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
-    todo!()
-}
-pub fn render_response(resp: &ir::Response, ctx: &ResponseContext) -> Vec<u8> {
-    todo!()
-}
-pub fn encoder(ctx: &StreamContext) -> Box<dyn StreamEncoder> {
-    todo!()
-}
-pub fn from_ir(req: &ir::Request, opts: &RequestOptions) -> Result<UpstreamRequest, Invalid> {
-    todo!()
-}
-pub fn parse_response(body: &[u8]) -> Result<ir::Response, TranslateError> {
-    todo!()
-}
-pub fn decoder() -> Box<dyn StreamDecoder> {
-    todo!()
 }
 
 #[cfg(test)]

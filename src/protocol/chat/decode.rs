@@ -1,0 +1,219 @@
+//! A chat upstream's stream → pivot events, for a client of another protocol.
+//!
+//! Chat streams a tool call as pieces keyed by `index`: the first piece normally holds
+//! the id and the name, later ones only argument text. Compatible servers vary (the
+//! name a piece later, `index` left out, usage on every chunk), so a call opens once its
+//! name is known, its earlier argument text is held until then, and usage is reported
+//! only when it changes.
+
+use super::response::{parse_finish, reasoning_text, synth_call_id};
+use super::usage_of;
+use crate::protocol::ir::{Event, StreamBroken, StreamDecoder};
+use crate::protocol::sse;
+use crate::protocol::Usage;
+use serde_json::{json, Value};
+
+pub fn decoder() -> Box<dyn StreamDecoder> {
+    Box::new(Decoder::default())
+}
+
+#[derive(Default)]
+struct Decoder {
+    sse: sse::Decoder,
+    pending: Vec<sse::Event>,
+    calls: Vec<Call>,
+    /// The answer's `id` and `created`, the seed of ids for calls that come without one.
+    answer: Option<Value>,
+    usage: Option<Usage>,
+    done: bool,
+}
+
+struct Call {
+    /// The upstream's `index` for the call.
+    key: u64,
+    id: Option<String>,
+    name: String,
+    /// Argument text that came before the name.
+    held_args: String,
+    started: bool,
+}
+
+impl Decoder {
+    fn drain(&mut self, events: &mut Vec<Event>) {
+        for ev in std::mem::take(&mut self.pending) {
+            if self.done {
+                // Nothing after the end marker means anything.
+                continue;
+            }
+            if ev.data.trim() == "[DONE]" {
+                self.open_all(events);
+                self.done = true;
+                continue;
+            }
+            // Keep-alives and other non-JSON lines carry nothing.
+            if let Ok(v) = serde_json::from_str::<Value>(&ev.data) {
+                self.chunk(&v, events);
+            }
+        }
+    }
+
+    fn chunk(&mut self, v: &Value, events: &mut Vec<Event>) {
+        if v.get("error").is_some_and(|e| !e.is_null()) {
+            events.push(Event::Error);
+            return;
+        }
+        if self.answer.is_none() {
+            self.answer = Some(json!({"id": v["id"], "created": v["created"]}));
+        }
+        // Only the first choice is followed: the client asked for one.
+        let choice = v["choices"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["index"].as_u64().unwrap_or(0) == 0));
+        if let Some(choice) = choice {
+            let delta = &choice["delta"];
+            if let Some(r) = reasoning_text(delta).filter(|r| !r.is_empty()) {
+                events.push(Event::Thinking(r.to_string()));
+            }
+            for key in ["content", "refusal"] {
+                if let Some(t) = delta[key].as_str().filter(|t| !t.is_empty()) {
+                    events.push(Event::Text(t.to_string()));
+                }
+            }
+            // Some compatible servers stream text parts instead of a string.
+            if let Some(parts) = delta["content"].as_array() {
+                for p in parts.iter().filter(|p| p["type"] == "text") {
+                    if let Some(t) = p["text"].as_str().filter(|t| !t.is_empty()) {
+                        events.push(Event::Text(t.to_string()));
+                    }
+                }
+            }
+            if let Some(calls) = delta["tool_calls"].as_array() {
+                for c in calls {
+                    self.tool_call_piece(c, events);
+                }
+            }
+            if let Some(reason) = choice["finish_reason"].as_str() {
+                self.open_all(events);
+                events.push(Event::Finish(parse_finish(reason)));
+            }
+        }
+        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+            let u = usage_of(u);
+            if self.usage != Some(u) {
+                self.usage = Some(u);
+                events.push(Event::Usage(u));
+            }
+        }
+    }
+
+    fn tool_call_piece(&mut self, c: &Value, events: &mut Vec<Event>) {
+        let id = c["id"].as_str().filter(|s| !s.is_empty());
+        let key = match c["index"].as_u64() {
+            Some(k) => k,
+            // No index: a new id opens a new call, otherwise the piece continues the last.
+            None => match id.and_then(|id| self.calls.iter().find(|k| k.id.as_deref() == Some(id)))
+            {
+                Some(known) => known.key,
+                None if id.is_some() || self.calls.is_empty() => {
+                    self.calls.iter().map(|k| k.key + 1).max().unwrap_or(0)
+                }
+                None => self.calls.last().map(|k| k.key).unwrap_or(0),
+            },
+        };
+        let at = match self.calls.iter().position(|k| k.key == key) {
+            Some(at) => at,
+            None => {
+                self.calls.push(Call {
+                    key,
+                    id: None,
+                    name: String::new(),
+                    held_args: String::new(),
+                    started: false,
+                });
+                self.calls.len() - 1
+            }
+        };
+        let call = &mut self.calls[at];
+        if call.id.is_none() {
+            call.id = id.map(str::to_string);
+        }
+        // Some servers repeat the whole name on every piece: take it once.
+        if let Some(name) = c["function"]["name"].as_str().filter(|n| !n.is_empty()) {
+            if call.name.is_empty() {
+                call.name = name.to_string();
+            }
+        }
+        let args = c["function"]["arguments"].as_str().unwrap_or_default();
+        if call.started {
+            if !args.is_empty() {
+                events.push(Event::ToolCallArgs {
+                    index: at,
+                    fragment: args.to_string(),
+                });
+            }
+            return;
+        }
+        call.held_args.push_str(args);
+        if !call.name.is_empty() {
+            self.open(at, events);
+        }
+    }
+
+    fn open(&mut self, at: usize, events: &mut Vec<Event>) {
+        let answer = self.answer.as_ref().unwrap_or(&Value::Null);
+        let Some(call) = self.calls.get_mut(at) else {
+            return;
+        };
+        if call.started {
+            return;
+        }
+        call.started = true;
+        let id = match &call.id {
+            Some(id) => id.clone(),
+            None => synth_call_id(answer, at, &call.name),
+        };
+        events.push(Event::ToolCallStart {
+            index: at,
+            id,
+            name: call.name.clone(),
+            signature: None,
+        });
+        if !call.held_args.is_empty() {
+            events.push(Event::ToolCallArgs {
+                index: at,
+                fragment: std::mem::take(&mut call.held_args),
+            });
+        }
+    }
+
+    /// Opens calls still waiting for a name: the answer is ending, and a call shown
+    /// without a name beats a call lost.
+    fn open_all(&mut self, events: &mut Vec<Event>) {
+        for at in 0..self.calls.len() {
+            self.open(at, events);
+        }
+    }
+}
+
+impl StreamDecoder for Decoder {
+    fn feed(&mut self, chunk: &[u8], events: &mut Vec<Event>) -> Result<(), StreamBroken> {
+        let fed = self.sse.feed(chunk, &mut self.pending);
+        self.drain(events);
+        fed.map_err(|_| StreamBroken)
+    }
+
+    fn flush(&mut self, events: &mut Vec<Event>) {
+        self.sse.flush(&mut self.pending);
+        self.drain(events);
+        if !self.done {
+            self.open_all(events);
+        }
+    }
+
+    fn complete(&self) -> bool {
+        self.done
+    }
+}
+
+#[cfg(test)]
+mod tests;

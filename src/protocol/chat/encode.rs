@@ -1,0 +1,150 @@
+//! Pivot events → a chat client's stream (`data: <chunk>\n\n` ... `data: [DONE]\n\n`),
+//! in the shape the official SDKs accumulate: the role on the first delta, tool calls
+//! opened with id, type and name then fed argument pieces by `index`, the finish reason
+//! on its own empty delta, and the usage chunk (empty `choices`) only when asked for.
+
+use super::error_event;
+use super::response::{finish_reason_str, usage_json};
+use crate::protocol::ir::{self, Event, FinishReason, StreamEncoder};
+use crate::protocol::{StreamContext, Usage};
+use serde_json::{json, Map, Value};
+
+pub fn encoder(ctx: &StreamContext) -> Box<dyn StreamEncoder> {
+    Box::new(Encoder {
+        ctx: ctx.clone(),
+        id: format!("chatcmpl-{}", ctx.request_id),
+        started: false,
+        tool_calls: false,
+        finish: None,
+        usage: Usage::default(),
+        finished: false,
+    })
+}
+
+struct Encoder {
+    ctx: StreamContext,
+    id: String,
+    /// Whether the first delta (the one with the role) went out.
+    started: bool,
+    /// Whether any tool call was streamed (decides `tool_calls` over `stop`).
+    tool_calls: bool,
+    /// Held until the end: chat reports it once, after all deltas.
+    finish: Option<FinishReason>,
+    /// Held until the end: the usage chunk comes last.
+    usage: Usage,
+    finished: bool,
+}
+
+impl Encoder {
+    fn chunk(&self, choices: Value, usage: Option<Value>, out: &mut Vec<u8>) {
+        let mut c = Map::new();
+        c.insert("id".into(), self.id.as_str().into());
+        c.insert("object".into(), "chat.completion.chunk".into());
+        c.insert("created".into(), self.ctx.created.into());
+        c.insert("model".into(), self.ctx.client_model.as_str().into());
+        c.insert("choices".into(), choices);
+        if let Some(u) = usage {
+            c.insert("usage".into(), u);
+        }
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(Value::Object(c).to_string().as_bytes());
+        out.extend_from_slice(b"\n\n");
+    }
+
+    fn delta(&mut self, mut delta: Map<String, Value>, out: &mut Vec<u8>) {
+        if !self.started {
+            self.started = true;
+            // The SDKs take the role and start the content from the first delta.
+            let mut first = one("role", "assistant".into());
+            let content = delta.remove("content").unwrap_or_else(|| "".into());
+            first.insert("content".into(), content);
+            first.extend(delta);
+            delta = first;
+        }
+        let choice = json!([{
+            "index": 0,
+            "delta": delta,
+            "logprobs": null,
+            "finish_reason": null,
+        }]);
+        self.chunk(choice, None, out);
+    }
+}
+
+fn one(key: &str, v: Value) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert(key.into(), v);
+    m
+}
+
+impl StreamEncoder for Encoder {
+    fn event(&mut self, ev: &Event, out: &mut Vec<u8>) {
+        if self.finished {
+            return;
+        }
+        match ev {
+            Event::Text(t) if !t.is_empty() => self.delta(one("content", t.as_str().into()), out),
+            Event::Thinking(t) if !t.is_empty() => {
+                self.delta(one("reasoning_content", t.as_str().into()), out)
+            }
+            Event::ToolCallStart {
+                index,
+                id,
+                name,
+                signature,
+            } => {
+                self.tool_calls = true;
+                let call = json!([{
+                    "index": index,
+                    "id": ir::join_call_id(id, signature.as_deref()),
+                    "type": "function",
+                    "function": {"name": name, "arguments": ""},
+                }]);
+                self.delta(one("tool_calls", call), out);
+            }
+            Event::ToolCallArgs { index, fragment } if !fragment.is_empty() => {
+                let call = json!([{"index": index, "function": {"arguments": fragment}}]);
+                self.delta(one("tool_calls", call), out);
+            }
+            Event::Finish(reason) => self.finish = Some(reason.clone()),
+            Event::Usage(u) => self.usage = *u,
+            // Signatures and redacted thinking have no chat field (chat clients cannot
+            // send thinking back); errors end the stream through `finish`.
+            _ => {}
+        }
+        // Whatever opened the stream, even an event with nothing to show, the client
+        // gets its role right away.
+        if !self.started {
+            self.delta(Map::new(), out);
+        }
+    }
+
+    fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
+        if self.finished {
+            return;
+        }
+        self.finished = true;
+        if let Some(message) = error {
+            out.extend_from_slice(&error_event(message));
+            return;
+        }
+        if !self.started {
+            self.delta(Map::new(), out);
+        }
+        let reason = finish_reason_str(self.finish.as_ref(), self.tool_calls);
+        let choice = json!([{
+            "index": 0,
+            "delta": {},
+            "logprobs": null,
+            "finish_reason": reason,
+        }]);
+        self.chunk(choice, None, out);
+        if self.ctx.client_wants_usage {
+            self.chunk(json!([]), Some(usage_json(&self.usage)), out);
+        }
+        out.extend_from_slice(b"data: [DONE]\n\n");
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,198 @@
+//! Whole answers: a chat upstream's completion → the pivot, and the pivot → a chat
+//! client's completion. Also the pieces streams share with them (finish reasons, the
+//! usage object, synthesized tool call ids).
+
+use super::usage_of;
+use crate::protocol::ir::{self, FinishReason, Part};
+use crate::protocol::{ResponseContext, TranslateError, Usage};
+use serde_json::{json, Map, Value};
+
+/// The `finish_reason` a chat client sees. Tool calls win over a plain stop: an
+/// upstream that ends its turn with calls reports `end_turn`/`STOP`, but chat clients
+/// loop on `tool_calls`.
+pub(super) fn finish_reason_str(reason: Option<&FinishReason>, has_calls: bool) -> &'static str {
+    match reason {
+        Some(FinishReason::Length) => "length",
+        Some(FinishReason::ContentFilter) => "content_filter",
+        Some(FinishReason::ToolCalls) => "tool_calls",
+        Some(FinishReason::Stop) | None if has_calls => "tool_calls",
+        Some(FinishReason::Stop | FinishReason::StopSequence(_) | FinishReason::Other(_))
+        | None => "stop",
+    }
+}
+
+/// An upstream's `finish_reason`.
+pub(super) fn parse_finish(reason: &str) -> FinishReason {
+    match reason {
+        "stop" => FinishReason::Stop,
+        "length" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "content_filter" => FinishReason::ContentFilter,
+        other => FinishReason::Other(other.to_string()),
+    }
+}
+
+/// The usage object of a completion and of the usage chunk. Cache writes have no chat
+/// field: they stay inside `prompt_tokens`, as chat counts them.
+pub(super) fn usage_json(u: &Usage) -> Value {
+    json!({
+        "prompt_tokens": u.input_tokens,
+        "completion_tokens": u.output_tokens,
+        "total_tokens": u.input_tokens + u.output_tokens,
+        "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens},
+        "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
+    })
+}
+
+/// A tool call id for an upstream call that came without one: a deterministic function
+/// of the answer's id and creation time, the call's position and its name (so replays
+/// give the same bytes), unique within the answer, and `[a-zA-Z0-9_-]` only.
+pub(super) fn synth_call_id(answer: &Value, index: usize, name: &str) -> String {
+    // FNV-1a: tiny, stable across builds and platforms, unlike the std hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let seed = format!("{}\u{0}{}\u{0}{name}", answer["id"], answer["created"]);
+    for b in seed.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("call_{h:016x}_{index}")
+}
+
+pub fn parse_response(body: &[u8]) -> Result<ir::Response, TranslateError> {
+    let v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    let choices = v["choices"]
+        .as_array()
+        .ok_or(TranslateError::Shape("no choices"))?;
+    let usage = v.get("usage").map(usage_of).unwrap_or_default();
+    // Only the first choice is followed: the client asked for one (n > 1 is refused).
+    let Some(choice) = choices
+        .iter()
+        .find(|c| c["index"].as_u64() == Some(0))
+        .or(choices.first())
+    else {
+        return Ok(ir::Response {
+            usage,
+            ..Default::default()
+        });
+    };
+    let msg = &choice["message"];
+    let mut content = Vec::new();
+    if let Some(r) = reasoning_text(msg).filter(|r| !r.is_empty()) {
+        content.push(Part::Thinking {
+            text: r.to_string(),
+            signature: None,
+        });
+    }
+    match &msg["content"] {
+        Value::String(s) if !s.is_empty() => content.push(Part::Text(s.clone())),
+        // Some compatible servers answer with text parts.
+        Value::Array(parts) => content.extend(
+            parts
+                .iter()
+                .filter_map(|p| p["text"].as_str())
+                .filter(|t| !t.is_empty())
+                .map(|t| Part::Text(t.to_string())),
+        ),
+        _ => {}
+    }
+    if let Some(r) = msg["refusal"].as_str().filter(|r| !r.is_empty()) {
+        content.push(Part::Text(r.to_string()));
+    }
+    let mut index = 0;
+    if let Some(calls) = msg["tool_calls"].as_array() {
+        for c in calls {
+            content.push(Part::ToolCall(call(&v, index, c)));
+            index += 1;
+        }
+    }
+    // The legacy single call, still answered by some compatible servers.
+    if msg["function_call"].is_object() {
+        let c = json!({"function": msg["function_call"]});
+        content.push(Part::ToolCall(call(&v, index, &c)));
+    }
+    Ok(ir::Response {
+        content,
+        finish: choice["finish_reason"].as_str().map(parse_finish),
+        usage,
+    })
+}
+
+/// DeepSeek and most compatible servers say `reasoning_content`; some say `reasoning`.
+pub(super) fn reasoning_text(delta_or_message: &Value) -> Option<&str> {
+    delta_or_message["reasoning_content"]
+        .as_str()
+        .or_else(|| delta_or_message["reasoning"].as_str())
+}
+
+fn call(answer: &Value, index: usize, c: &Value) -> ir::ToolCall {
+    let f = &c["function"];
+    let name = f["name"].as_str().unwrap_or_default().to_string();
+    let id = match c["id"].as_str() {
+        Some(id) if !id.is_empty() => id.to_string(),
+        _ => synth_call_id(answer, index, &name),
+    };
+    ir::ToolCall {
+        id,
+        arguments: match &f["arguments"] {
+            Value::String(s) => s.clone(),
+            Value::Null => "{}".to_string(),
+            // A server that sends an object instead of JSON text.
+            other => other.to_string(),
+        },
+        name,
+        signature: None,
+    }
+}
+
+pub fn render_response(resp: &ir::Response, ctx: &ResponseContext) -> Vec<u8> {
+    let mut text = String::new();
+    let mut has_text = false;
+    let mut thinking = String::new();
+    let mut calls = Vec::new();
+    for p in &resp.content {
+        match p {
+            Part::Text(t) => {
+                has_text = true;
+                text.push_str(t);
+            }
+            // Chat clients cannot send thinking back, so its signature has no use here.
+            Part::Thinking { text: t, .. } => thinking.push_str(t),
+            Part::ToolCall(c) => calls.push(json!({
+                "id": ir::join_call_id(&c.id, c.signature.as_deref()),
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            })),
+            Part::RedactedThinking(_) | Part::Image(_) | Part::ToolResult(_) => {}
+        }
+    }
+    let mut message = Map::new();
+    message.insert("role".into(), "assistant".into());
+    message.insert(
+        "content".into(),
+        if has_text { text.into() } else { Value::Null },
+    );
+    if !thinking.is_empty() {
+        message.insert("reasoning_content".into(), thinking.into());
+    }
+    let finish = finish_reason_str(resp.finish.as_ref(), !calls.is_empty());
+    if !calls.is_empty() {
+        message.insert("tool_calls".into(), Value::Array(calls));
+    }
+    let v = json!({
+        "id": format!("chatcmpl-{}", ctx.request_id),
+        "object": "chat.completion",
+        "created": ctx.created,
+        "model": ctx.client_model,
+        "choices": [{
+            "index": 0,
+            "message": message,
+            "logprobs": null,
+            "finish_reason": finish,
+        }],
+        "usage": usage_json(&resp.usage),
+    });
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests;
