@@ -2,7 +2,6 @@
 //! it came (unknown fields, built-in tools and `previous_response_id` included), only the
 //! model name is swapped on the way up and back, and usage is read for billing.
 
-use super::error_event;
 use super::stream::error_event_at;
 use crate::protocol::sse::{self, Decoder};
 use crate::protocol::{
@@ -84,6 +83,7 @@ pub fn passthrough_stream(ctx: StreamContext) -> Box<dyn StreamTranslator> {
         events: Vec::new(),
         usage: Usage::default(),
         ended: false,
+        next_seq: 0,
     })
 }
 
@@ -102,6 +102,9 @@ struct Passthrough {
     usage: Usage,
     /// A terminal event went to the client: nothing more is sent.
     ended: bool,
+    /// The sequence number our own closing `error` event takes, so the client's
+    /// sequence stays increasing.
+    next_seq: u64,
 }
 
 impl Passthrough {
@@ -121,6 +124,9 @@ impl Passthrough {
             let mut data = ev.data;
             let mut kind = ev.event;
             if let Ok(mut v) = serde_json::from_str::<Value>(&data) {
+                if let Some(n) = v.get("sequence_number").and_then(Value::as_u64) {
+                    self.next_seq = self.next_seq.max(n.saturating_add(1));
+                }
                 if kind.is_none() {
                     kind = v.get("type").and_then(Value::as_str).map(str::to_string);
                 }
@@ -129,7 +135,7 @@ impl Passthrough {
                     let seq = v
                         .get("sequence_number")
                         .and_then(Value::as_u64)
-                        .unwrap_or(0);
+                        .unwrap_or(self.next_seq);
                     out.extend_from_slice(&error_event_at(seq, &self.reported()));
                     self.ended = true;
                     continue;
@@ -178,10 +184,13 @@ impl StreamTranslator for Passthrough {
         self.emit(out);
         if broken && !self.ended {
             self.ended = true;
-            out.extend_from_slice(&error_event(&format!(
-                "The upstream sent an oversized event. (request id: {})",
-                self.ctx.request_id
-            )));
+            out.extend_from_slice(&error_event_at(
+                self.next_seq,
+                &format!(
+                    "The upstream sent an oversized event. (request id: {})",
+                    self.ctx.request_id
+                ),
+            ));
         }
     }
 
@@ -198,7 +207,7 @@ impl StreamTranslator for Passthrough {
                 self.ctx.request_id
             )
         });
-        out.extend_from_slice(&error_event(&message));
+        out.extend_from_slice(&error_event_at(self.next_seq, &message));
     }
 
     fn usage(&self) -> Usage {

@@ -183,6 +183,10 @@ fn a_stream_cut_before_its_terminal_event_ends_with_an_error_event() {
         "The upstream provider ended the stream before it was complete. (request id: req123)"
     );
     assert_eq!(last["error"]["type"], "upstream_error");
+    assert_eq!(
+        last["sequence_number"], 6,
+        "follows the upstream's last one"
+    );
     assert_eq!(usage, Usage::default());
     let (out, _) = run(
         vec![cut.as_bytes()],
