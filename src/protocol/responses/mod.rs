@@ -1,51 +1,38 @@
 //! The responses protocol (`/v1/responses`, spec 4.4, 4.5, 2.5, 2.6): client side
-//! (validation, conversion to [`ir`], rendering and streaming of response objects,
-//! compaction) and same-protocol passthrough to channels that serve it natively.
+//! (validation, conversion to [`ir`](super::ir), rendering and streaming of response
+//! objects, compaction) and same-protocol passthrough to channels that serve it natively.
+//!
+//! - `validate`: the 400s every responses request gets, whatever serves it;
+//! - `request`: a request → [`ir::Request`](super::ir::Request) for other upstreams;
+//! - `response`: [`ir::Response`](super::ir::Response) → response / compaction objects;
+//! - `stream`: [`ir::Event`](super::ir::Event)s → the Responses event stream;
+//! - `passthrough`: native Responses API channels.
 
-use super::ir::{self, StreamDecoder, StreamEncoder};
-use super::{
-    Invalid, RequestOptions, ResponseContext, StreamContext, StreamTranslator, TranslateError,
-    UpstreamRequest, Usage,
-};
-use serde_json::Value;
+mod passthrough;
+mod request;
+mod response;
+mod stream;
+mod validate;
 
-// ---- client side ----
+#[cfg(test)]
+mod tests;
 
-/// Spec 4.4/4.5: `model` required; field types. `param` names the field.
-pub fn validate(body: &Value) -> Result<(), Invalid> {
-    todo!()
-}
-pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
-    todo!()
-}
-/// `/v1/responses/compact` for an upstream without a native Responses API.
-pub fn compact_to_ir(body: Value) -> Result<ir::Request, Invalid> {
-    todo!()
-}
-pub fn render_response(resp: &ir::Response, ctx: &ResponseContext) -> Vec<u8> {
-    todo!()
-}
-pub fn render_compaction(resp: &ir::Response, ctx: &ResponseContext) -> Vec<u8> {
-    todo!()
-}
-pub fn encoder(ctx: &StreamContext) -> Box<dyn StreamEncoder> {
-    todo!()
-}
-pub fn error_event(message: &str) -> Vec<u8> {
-    todo!()
-}
+pub use passthrough::{passthrough_request, passthrough_response, passthrough_stream};
+pub use request::{compact_to_ir, to_ir};
+pub use response::{render_compaction, render_response};
+pub use stream::{encoder, error_event};
+pub use validate::validate;
 
-// ---- same protocol (native Responses API channels) ----
+use super::Invalid;
 
-pub fn passthrough_request(body: Value, opts: &RequestOptions) -> UpstreamRequest {
-    todo!()
-}
-pub fn passthrough_response(
-    body: &[u8],
-    client_model: &str,
-) -> Result<(Vec<u8>, Usage), TranslateError> {
-    todo!()
-}
-pub fn passthrough_stream(ctx: StreamContext) -> Box<dyn StreamTranslator> {
-    todo!()
+/// Marks a reasoning item's `encrypted_content` as redacted thinking (messages
+/// `redacted_thinking` data) rather than the signature of visible thinking: the responses
+/// protocol has one field for both, and the two must go back upstream differently.
+const REDACTED_PREFIX: &str = "redacted_thinking:";
+
+fn invalid(param: &str, message: impl Into<String>) -> Invalid {
+    Invalid {
+        param: Some(param.to_string()),
+        message: message.into(),
+    }
 }

@@ -1,0 +1,216 @@
+//! Responses client → a channel that serves the Responses API natively: the body goes as
+//! it came (unknown fields, built-in tools and `previous_response_id` included), only the
+//! model name is swapped on the way up and back, and usage is read for billing.
+
+use super::stream::error_event_at;
+use crate::protocol::sse::{self, Decoder};
+use crate::protocol::{
+    RequestOptions, StreamContext, StreamTranslator, TranslateError, UpstreamRequest, Usage,
+};
+use serde_json::Value;
+
+pub fn passthrough_request(mut body: Value, opts: &RequestOptions) -> UpstreamRequest {
+    if let Some(obj) = body.as_object_mut() {
+        obj.insert(
+            "model".into(),
+            Value::String(opts.upstream_model.to_string()),
+        );
+    }
+    UpstreamRequest {
+        body: serde_json::to_vec(&body).unwrap_or_default(),
+        path: if opts.compact {
+            "/v1/responses/compact".into()
+        } else {
+            "/v1/responses".into()
+        },
+        client_wants_usage: false,
+    }
+}
+
+/// Usage of a response object: the Responses API names (`input_tokens` includes cached
+/// tokens), or spec 2.6's chat-style names when that is what the upstream sent.
+pub(super) fn usage_of(u: &Value) -> Usage {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    if u.get("input_tokens").is_some() || u.get("output_tokens").is_some() {
+        Usage {
+            input_tokens: n(&u["input_tokens"]),
+            output_tokens: n(&u["output_tokens"]),
+            cached_input_tokens: n(&u["input_tokens_details"]["cached_tokens"]),
+            cache_creation_input_tokens: n(&u["input_tokens_details"]["cache_write_tokens"]),
+            reasoning_tokens: n(&u["output_tokens_details"]["reasoning_tokens"]),
+        }
+    } else {
+        Usage {
+            input_tokens: n(&u["prompt_tokens"]),
+            output_tokens: n(&u["completion_tokens"]),
+            cached_input_tokens: n(&u["prompt_tokens_details"]["cached_tokens"]),
+            cache_creation_input_tokens: 0,
+            reasoning_tokens: n(&u["completion_tokens_details"]["reasoning_tokens"]),
+        }
+    }
+}
+
+/// A whole response (or compaction) object, shown with the client's model name.
+pub fn passthrough_response(
+    body: &[u8],
+    client_model: &str,
+) -> Result<(Vec<u8>, Usage), TranslateError> {
+    let mut v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    let obj = v
+        .as_object_mut()
+        .ok_or(TranslateError::Shape("not an object"))?;
+    if !obj.contains_key("output") {
+        return Err(TranslateError::Shape("no output"));
+    }
+    let usage = obj
+        .get("usage")
+        .filter(|u| u.is_object())
+        .map(usage_of)
+        .unwrap_or_default();
+    if obj.contains_key("model") {
+        obj.insert("model".into(), Value::String(client_model.to_string()));
+    }
+    Ok((
+        serde_json::to_vec(&v).map_err(|_| TranslateError::NotJson)?,
+        usage,
+    ))
+}
+
+pub fn passthrough_stream(ctx: StreamContext) -> Box<dyn StreamTranslator> {
+    Box::new(Passthrough {
+        ctx,
+        decoder: Decoder::new(),
+        events: Vec::new(),
+        usage: Usage::default(),
+        ended: false,
+        next_seq: 0,
+    })
+}
+
+/// Events that end a Responses stream; the first three carry the final response object.
+const TERMINAL: &[&str] = &[
+    "response.completed",
+    "response.incomplete",
+    "response.failed",
+    "error",
+];
+
+struct Passthrough {
+    ctx: StreamContext,
+    decoder: Decoder,
+    events: Vec<sse::Event>,
+    usage: Usage,
+    /// A terminal event went to the client: nothing more is sent.
+    ended: bool,
+    /// The sequence number our own closing `error` event takes, so the client's
+    /// sequence stays increasing.
+    next_seq: u64,
+}
+
+impl Passthrough {
+    /// What the client is told when the upstream reports a failure.
+    fn reported(&self) -> String {
+        format!(
+            "The upstream provider reported an error mid-stream. (request id: {})",
+            self.ctx.request_id
+        )
+    }
+
+    fn emit(&mut self, out: &mut Vec<u8>) {
+        for ev in std::mem::take(&mut self.events) {
+            if self.ended {
+                continue;
+            }
+            let mut data = ev.data;
+            let mut kind = ev.event;
+            if let Ok(mut v) = serde_json::from_str::<Value>(&data) {
+                if let Some(n) = v.get("sequence_number").and_then(Value::as_u64) {
+                    self.next_seq = self.next_seq.max(n.saturating_add(1));
+                }
+                if kind.is_none() {
+                    kind = v.get("type").and_then(Value::as_str).map(str::to_string);
+                }
+                if kind.as_deref() == Some("error") {
+                    // Spec 7.2: the upstream's own words do not reach the client.
+                    let seq = v
+                        .get("sequence_number")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(self.next_seq);
+                    out.extend_from_slice(&error_event_at(seq, &self.reported()));
+                    self.ended = true;
+                    continue;
+                }
+                let reported = self.reported();
+                if let Some(r) = v.get_mut("response").and_then(Value::as_object_mut) {
+                    if let Some(e) = r.get_mut("error").and_then(Value::as_object_mut) {
+                        e.insert("message".into(), Value::String(reported));
+                    }
+                    if TERMINAL.contains(&kind.as_deref().unwrap_or("")) {
+                        if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
+                            self.usage = usage_of(u);
+                        }
+                    }
+                    if r.contains_key("model") {
+                        r.insert("model".into(), Value::String(self.ctx.client_model.clone()));
+                    }
+                    data = v.to_string();
+                }
+            }
+            if let Some(k) = &kind {
+                out.extend_from_slice(b"event: ");
+                out.extend_from_slice(k.as_bytes());
+                out.push(b'\n');
+            }
+            // Multi-line data (not JSON) keeps its lines.
+            for line in data.split('\n') {
+                out.extend_from_slice(b"data: ");
+                out.extend_from_slice(line.as_bytes());
+                out.push(b'\n');
+            }
+            out.push(b'\n');
+            if TERMINAL.contains(&kind.as_deref().unwrap_or("")) {
+                self.ended = true;
+            }
+        }
+    }
+}
+
+impl StreamTranslator for Passthrough {
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        if self.ended {
+            return;
+        }
+        let broken = self.decoder.feed(chunk, &mut self.events).is_err();
+        self.emit(out);
+        if broken && !self.ended {
+            self.ended = true;
+            out.extend_from_slice(&error_event_at(
+                self.next_seq,
+                &format!(
+                    "The upstream sent an oversized event. (request id: {})",
+                    self.ctx.request_id
+                ),
+            ));
+        }
+    }
+
+    fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
+        self.decoder.flush(&mut self.events);
+        self.emit(out);
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        let message = error.map(str::to_string).unwrap_or_else(|| {
+            format!(
+                "The upstream provider ended the stream before it was complete. (request id: {})",
+                self.ctx.request_id
+            )
+        });
+        out.extend_from_slice(&error_event_at(self.next_seq, &message));
+    }
+
+    fn usage(&self) -> Usage {
+        self.usage
+    }
+}
