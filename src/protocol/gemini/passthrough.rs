@@ -1,0 +1,192 @@
+//! Generate-content client, generate-content upstream: the body goes through as it is
+//! (speech and image configurations included); only the model changes (in the path on
+//! the way up, `modelVersion` on the way down) and usage is read.
+
+use super::super::sse;
+use super::super::{RequestOptions, StreamContext, StreamTranslator, TranslateError};
+use super::super::{UpstreamRequest, Usage};
+use super::wire::{model_path, usage_of, ChunkWriter};
+use serde_json::Value;
+
+pub fn passthrough_request(mut body: Value, opts: &RequestOptions) -> UpstreamRequest {
+    merge_spellings(&mut body, "generationConfig", "generation_config");
+    UpstreamRequest {
+        body: serde_json::to_vec(&body).unwrap_or_default(),
+        path: model_path(opts.upstream_model, opts.stream),
+        client_wants_usage: false,
+    }
+}
+
+/// The relay lowers the output limit by writing `generationConfig.maxOutputTokens`; when
+/// the client spelt the object `generation_config`, the body would name one field twice,
+/// which the API refuses. The client's other settings join the camelCase object, whose
+/// values (the lowered limit) win.
+fn merge_spellings(body: &mut Value, camel: &str, snake: &str) {
+    let Some(obj) = body.as_object_mut() else {
+        return;
+    };
+    if !obj.get(camel).is_some_and(Value::is_object) {
+        return;
+    }
+    let Some(Value::Object(theirs)) = obj.remove(snake) else {
+        return;
+    };
+    if let Some(Value::Object(ours)) = obj.get_mut(camel) {
+        for (k, v) in theirs {
+            let camel_key = camel_case(&k);
+            if !ours.contains_key(&k) && !ours.contains_key(&camel_key) {
+                ours.insert(k, v);
+            }
+        }
+    }
+}
+
+/// `max_output_tokens` → `maxOutputTokens`.
+fn camel_case(snake: &str) -> String {
+    let mut out = String::with_capacity(snake.len());
+    let mut upper = false;
+    for c in snake.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.push(c.to_ascii_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn is_answer(obj: &serde_json::Map<String, Value>) -> bool {
+    ["candidates", "promptFeedback", "usageMetadata"]
+        .iter()
+        .any(|k| obj.contains_key(*k))
+}
+
+pub fn passthrough_response(
+    body: &[u8],
+    client_model: &str,
+) -> Result<(Vec<u8>, Usage), TranslateError> {
+    let mut v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    let obj = v
+        .as_object_mut()
+        .ok_or(TranslateError::Shape("not an object"))?;
+    if !is_answer(obj) {
+        return Err(TranslateError::Shape("not a GenerateContentResponse"));
+    }
+    let usage = obj.get("usageMetadata").map(usage_of).unwrap_or_default();
+    if obj.contains_key("modelVersion") {
+        obj.insert(
+            "modelVersion".into(),
+            Value::String(client_model.to_string()),
+        );
+    }
+    Ok((
+        serde_json::to_vec(&v).map_err(|_| TranslateError::NotJson)?,
+        usage,
+    ))
+}
+
+pub fn passthrough_stream(ctx: StreamContext) -> Box<dyn StreamTranslator> {
+    Box::new(Passthrough {
+        writer: ChunkWriter::new(ctx.client_sse),
+        ctx,
+        decoder: sse::Decoder::new(),
+        events: Vec::new(),
+        usage: Usage::default(),
+        done: false,
+    })
+}
+
+struct Passthrough {
+    ctx: StreamContext,
+    writer: ChunkWriter,
+    decoder: sse::Decoder,
+    events: Vec<sse::Event>,
+    usage: Usage,
+    /// A chunk with a `finishReason` arrived: the upstream finished its answer.
+    done: bool,
+}
+
+impl Passthrough {
+    fn fail(&mut self, what: &str, out: &mut Vec<u8>) {
+        let message = format!("{what} (request id: {})", self.ctx.request_id);
+        self.writer.fail(&message, out);
+    }
+
+    fn emit(&mut self, out: &mut Vec<u8>) {
+        for ev in std::mem::take(&mut self.events) {
+            let Ok(mut v) = serde_json::from_str::<Value>(&ev.data) else {
+                // Not JSON: forwarded as it came where the framing allows it; inside a
+                // JSON array it would corrupt the whole answer.
+                if self.ctx.client_sse && !self.writer.closed() {
+                    for line in ev.data.split('\n') {
+                        out.extend_from_slice(format!("data: {line}\r\n").as_bytes());
+                    }
+                    out.extend_from_slice(b"\r\n");
+                }
+                continue;
+            };
+            if let Some(m) = v.get("usageMetadata").filter(|m| m.is_object()) {
+                // Usage still counts after the client's stream closed.
+                self.usage = usage_of(m);
+            }
+            if self.writer.closed() {
+                continue;
+            }
+            if v.get("error").is_some() {
+                // Spec 7.2: the provider's own error text does not reach the client.
+                self.fail("The upstream provider reported an error mid-stream.", out);
+                continue;
+            }
+            let finished = v["candidates"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c.get("finishReason").is_some()))
+                || v["promptFeedback"]["blockReason"].is_string();
+            self.done |= finished;
+            if let Some(obj) = v.as_object_mut() {
+                if obj.contains_key("modelVersion") {
+                    obj.insert(
+                        "modelVersion".into(),
+                        Value::String(self.ctx.client_model.clone()),
+                    );
+                }
+            }
+            self.writer.chunk(&v, out);
+        }
+    }
+}
+
+impl StreamTranslator for Passthrough {
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        let result = self.decoder.feed(chunk, &mut self.events);
+        self.emit(out);
+        if result.is_err() {
+            self.fail("The upstream sent an oversized event.", out);
+        }
+    }
+
+    fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
+        self.decoder.flush(&mut self.events);
+        self.emit(out);
+        if self.writer.closed() {
+            return;
+        }
+        if self.done {
+            self.writer.close(out);
+            return;
+        }
+        match error {
+            Some(message) => self.writer.fail(message, out),
+            None => self.fail(
+                "The upstream provider ended the stream before it was complete.",
+                out,
+            ),
+        }
+    }
+
+    fn usage(&self) -> Usage {
+        self.usage
+    }
+}
