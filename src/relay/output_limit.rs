@@ -4,6 +4,11 @@
 use crate::protocol::Protocol;
 use serde_json::{Map, Value};
 
+const GEMINI_SPELLINGS: [(&str, &str); 2] = [
+    ("generationConfig", "maxOutputTokens"),
+    ("generation_config", "max_output_tokens"),
+];
+
 pub fn requested(protocol: Protocol, body: &Value) -> Option<u64> {
     match protocol {
         Protocol::Chat => {
@@ -16,10 +21,12 @@ pub fn requested(protocol: Protocol, body: &Value) -> Option<u64> {
         }
         Protocol::Messages => body.get("max_tokens").and_then(Value::as_u64),
         Protocol::Responses => body.get("max_output_tokens").and_then(Value::as_u64),
-        Protocol::Gemini => body
-            .get("generationConfig")
-            .and_then(|g| g.get("maxOutputTokens"))
-            .and_then(Value::as_u64),
+        // The API takes both spellings (its REST examples use snake case).
+        Protocol::Gemini => GEMINI_SPELLINGS.iter().find_map(|(config, field)| {
+            body.get(*config)
+                .and_then(|g| g.get(*field))
+                .and_then(Value::as_u64)
+        }),
     }
 }
 
@@ -45,11 +52,23 @@ pub fn cap(protocol: Protocol, body: &mut Value, cap: u64) {
         Protocol::Messages => set_lower(obj, "max_tokens", cap),
         Protocol::Responses => set_lower(obj, "max_output_tokens", cap),
         Protocol::Gemini => {
+            // Lower the limit where the client wrote it; add it in camel case otherwise.
+            let (config, field) = GEMINI_SPELLINGS
+                .iter()
+                .copied()
+                .find(|(c, f)| obj.get(*c).is_some_and(|g| g.get(*f).is_some()))
+                .or_else(|| {
+                    GEMINI_SPELLINGS
+                        .iter()
+                        .copied()
+                        .find(|(c, _)| obj.get(*c).is_some_and(Value::is_object))
+                })
+                .unwrap_or(GEMINI_SPELLINGS[0]);
             let g = obj
-                .entry("generationConfig")
+                .entry(config)
                 .or_insert_with(|| Value::Object(Map::new()));
             if let Some(g) = g.as_object_mut() {
-                set_lower(g, "maxOutputTokens", cap);
+                set_lower(g, field, cap);
             }
         }
     }
@@ -97,6 +116,16 @@ mod tests {
         let mut m = json!({"max_tokens": 1000});
         cap(Protocol::Messages, &mut m, 10);
         assert_eq!(requested(Protocol::Messages, &m), Some(10));
+        let mut g = json!({"generation_config": {"max_output_tokens": 50}});
+        assert_eq!(requested(Protocol::Gemini, &g), Some(50));
+        cap(Protocol::Gemini, &mut g, 9);
+        assert_eq!(g, json!({"generation_config": {"max_output_tokens": 9}}));
+        let mut g = json!({"generation_config": {"temperature": 1}});
+        cap(Protocol::Gemini, &mut g, 9);
+        assert_eq!(
+            g,
+            json!({"generation_config": {"temperature": 1, "max_output_tokens": 9}})
+        );
         let mut r = json!({});
         cap(Protocol::Responses, &mut r, 3);
         assert_eq!(requested(Protocol::Responses, &r), Some(3));

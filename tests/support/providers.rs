@@ -262,7 +262,7 @@ fn gemini(b: &Value, model: &str, stream: bool) -> Result<Reply, String> {
     let contents = b["contents"].as_array().ok_or("no contents")?;
     for c in contents {
         for p in c["parts"].as_array().into_iter().flatten() {
-            if p.get("functionCall").is_some() && p["thoughtSignature"] != SIGNATURE {
+            if p.get("functionCall").is_some() && !same_signature(&p["thoughtSignature"]) {
                 return Err("function call sent back without its thought signature".into());
             }
         }
@@ -335,6 +335,17 @@ fn gemini(b: &Value, model: &str, stream: bool) -> Result<Reply, String> {
         }
     }
     Ok(sse(v))
+}
+
+/// Bytes fields in the API's JSON accept standard or URL-safe base64, padded or not.
+fn same_signature(v: &Value) -> bool {
+    let norm = |s: &str| {
+        s.replace('-', "+")
+            .replace('_', "/")
+            .trim_end_matches('=')
+            .to_string()
+    };
+    v.as_str().is_some_and(|s| norm(s) == norm(SIGNATURE))
 }
 
 // ---- native responses ----

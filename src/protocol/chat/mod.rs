@@ -200,10 +200,19 @@ impl Passthrough {
                 continue;
             }
             let Ok(mut v) = serde_json::from_str::<Value>(&ev.data) else {
-                // Not JSON: forward as it came rather than invent a meaning.
-                out.extend_from_slice(format!("data: {}\n\n", ev.data).as_bytes());
+                // Not JSON (a keep-alive, or the half event of a cut stream): nothing a
+                // client can parse, and nothing the gateway could sanitize.
                 continue;
             };
+            if v.get("error").is_some_and(Value::is_object) {
+                // spec 7.2: the provider's own words never reach the client.
+                self.failed = true;
+                out.extend_from_slice(&error_event(&format!(
+                    "The upstream provider reported an error mid-stream. (request id: {})",
+                    self.ctx.request_id
+                )));
+                continue;
+            }
             if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
                 self.usage = usage_of(u);
             }
