@@ -1,57 +1,231 @@
 //! The messages protocol (`/v1/messages`, spec 4.17): validation, conversion to and
 //! from [`ir`], streams, and same-protocol passthrough with usage capture.
+//!
+//! Client side: [`validate`], [`to_ir`], [`render_response`], [`encoder`],
+//! [`error_event`]. Upstream side: [`from_ir`], [`parse_response`], [`decoder`].
+//! Same protocol: [`passthrough_request`], [`passthrough_response`],
+//! [`passthrough_stream`].
 
-use super::ir::{self, StreamDecoder, StreamEncoder};
+mod decoder;
+mod encoder;
+mod from_ir;
+mod passthrough;
+mod response;
+mod to_ir;
+mod validate;
+
+#[cfg(test)]
+mod test_support;
+
+use super::ir::{self, FinishReason, StreamDecoder, StreamEncoder};
 use super::{
     Invalid, RequestOptions, ResponseContext, StreamContext, StreamTranslator, TranslateError,
     UpstreamRequest, Usage,
 };
-use serde_json::Value;
+use serde_json::{json, Value};
+
+/// The one upstream path of the protocol.
+const PATH: &str = "/v1/messages";
 
 // ---- client side ----
 
 /// Spec 4.17 and 8: `model`, `messages`, `max_tokens` >= 1 required; roles
 /// `user|assistant`; `temperature` in 0..=1; field types. `param` names the field.
 pub fn validate(body: &Value) -> Result<(), Invalid> {
-    todo!()
+    validate::validate(body)
 }
+
+/// A client's messages request as the neutral request (cross-protocol only). Content
+/// and tools the other protocols cannot carry are refused with a 400 naming them.
 pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
-    todo!()
+    to_ir::to_ir(&body)
 }
+
+/// A neutral answer as a messages response body, under the client's model name.
 pub fn render_response(resp: &ir::Response, ctx: &ResponseContext) -> Vec<u8> {
-    todo!()
+    response::render(resp, ctx)
 }
+
+/// Neutral stream events → the messages event stream the anthropic SDKs accumulate.
 pub fn encoder(ctx: &StreamContext) -> Box<dyn StreamEncoder> {
-    todo!()
+    Box::new(encoder::Encoder::new(ctx))
 }
+
 /// The terminal error event of a messages stream (`event: error`).
 pub fn error_event(message: &str) -> Vec<u8> {
-    todo!()
+    let mut out = Vec::new();
+    write_event(
+        &mut out,
+        "error",
+        &json!({"type": "error", "error": {"type": "api_error", "message": message}}),
+    );
+    out
 }
 
 // ---- upstream side ----
 
+/// A neutral request as a request to a messages upstream.
 pub fn from_ir(req: &ir::Request, opts: &RequestOptions) -> Result<UpstreamRequest, Invalid> {
-    todo!()
+    from_ir::from_ir(req, opts)
 }
+
+/// A messages upstream's whole answer as a neutral response.
 pub fn parse_response(body: &[u8]) -> Result<ir::Response, TranslateError> {
-    todo!()
+    response::parse(body)
 }
+
+/// A messages upstream's event stream → neutral events.
 pub fn decoder() -> Box<dyn StreamDecoder> {
-    todo!()
+    Box::new(decoder::Decoder::new())
 }
 
 // ---- same protocol ----
 
+/// The body as the client sent it (unknown fields included), with only the model
+/// replaced by the upstream's.
 pub fn passthrough_request(body: Value, opts: &RequestOptions) -> UpstreamRequest {
-    todo!()
+    passthrough::request(body, opts)
 }
+
+/// An upstream answer with the client's model name, and its usage.
 pub fn passthrough_response(
     body: &[u8],
     client_model: &str,
 ) -> Result<(Vec<u8>, Usage), TranslateError> {
-    todo!()
+    passthrough::response(body, client_model)
 }
+
+/// A messages stream forwarded event by event, with the client's model name.
 pub fn passthrough_stream(ctx: StreamContext) -> Box<dyn StreamTranslator> {
-    todo!()
+    Box::new(passthrough::Stream::new(ctx))
+}
+
+// ---- shared by the files of this module ----
+
+fn invalid(param: impl Into<String>, message: impl Into<String>) -> Invalid {
+    Invalid {
+        param: Some(param.into()),
+        message: message.into(),
+    }
+}
+
+/// Usage as the messages protocol counts it: `input_tokens` EXCLUDES cache reads and
+/// cache writes, unlike [`Usage::input_tokens`] which counts every prompt token.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct WireUsage {
+    input: u64,
+    cache_read: u64,
+    cache_creation: u64,
+    output: u64,
+}
+
+impl WireUsage {
+    /// Overwrites the figures `u` states. Stream events carry totals, not increments:
+    /// `message_start` the input figures, `message_delta` the cumulative output (and,
+    /// from newer upstreams, final input figures too).
+    fn merge(&mut self, u: &Value) {
+        let set = |field: &mut u64, key: &str| {
+            if let Some(n) = u.get(key).and_then(Value::as_u64) {
+                *field = n;
+            }
+        };
+        set(&mut self.input, "input_tokens");
+        set(&mut self.cache_read, "cache_read_input_tokens");
+        set(&mut self.cache_creation, "cache_creation_input_tokens");
+        set(&mut self.output, "output_tokens");
+    }
+
+    fn of(u: &Value) -> WireUsage {
+        let mut w = WireUsage::default();
+        w.merge(u);
+        w
+    }
+
+    fn from_usage(u: &Usage) -> WireUsage {
+        WireUsage {
+            input: u
+                .input_tokens
+                .saturating_sub(u.cached_input_tokens)
+                .saturating_sub(u.cache_creation_input_tokens),
+            cache_read: u.cached_input_tokens,
+            cache_creation: u.cache_creation_input_tokens,
+            output: u.output_tokens,
+        }
+    }
+
+    fn to_usage(self) -> Usage {
+        Usage {
+            input_tokens: self
+                .input
+                .saturating_add(self.cache_read)
+                .saturating_add(self.cache_creation),
+            output_tokens: self.output,
+            cached_input_tokens: self.cache_read,
+            cache_creation_input_tokens: self.cache_creation,
+            // The messages protocol does not report the thinking share separately.
+            reasoning_tokens: 0,
+        }
+    }
+}
+
+/// `stop_reason` and `stop_sequence` for a finish reason. A natural stop after tool
+/// calls is `tool_use`: that is what tells an agent loop to run the tools.
+fn stop_reason(finish: Option<&FinishReason>, has_tool_calls: bool) -> (&'static str, Value) {
+    let natural = if has_tool_calls {
+        "tool_use"
+    } else {
+        "end_turn"
+    };
+    match finish {
+        None | Some(FinishReason::Stop) | Some(FinishReason::Other(_)) => (natural, Value::Null),
+        Some(FinishReason::Length) => ("max_tokens", Value::Null),
+        Some(FinishReason::ToolCalls) => ("tool_use", Value::Null),
+        Some(FinishReason::StopSequence(s)) => (
+            "stop_sequence",
+            s.as_ref().map_or(Value::Null, |s| Value::String(s.clone())),
+        ),
+        Some(FinishReason::ContentFilter) => ("refusal", Value::Null),
+    }
+}
+
+/// The inverse of [`stop_reason`], for upstream answers.
+fn finish_reason(stop_reason: &str, stop_sequence: Option<&str>) -> FinishReason {
+    match stop_reason {
+        "end_turn" => FinishReason::Stop,
+        // The context window filled up: the answer was cut, as with the output limit.
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "tool_use" => FinishReason::ToolCalls,
+        "stop_sequence" => FinishReason::StopSequence(stop_sequence.map(str::to_string)),
+        "refusal" => FinishReason::ContentFilter,
+        other => FinishReason::Other(other.to_string()),
+    }
+}
+
+/// One server-sent event as the messages protocol writes them.
+fn write_event(out: &mut Vec<u8>, name: &str, data: &Value) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(data.to_string().as_bytes());
+    out.extend_from_slice(b"\n\n");
+}
+
+/// A tool call id the messages protocol accepts (`^[a-zA-Z0-9_-]+$`). Deterministic, so
+/// a `tool_use` id and the `tool_result` naming it map to the same string.
+fn sanitize_id(id: &str) -> String {
+    let clean: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if clean.is_empty() {
+        "toolu_".to_string()
+    } else {
+        clean
+    }
 }

@@ -1,0 +1,164 @@
+//! Messages client to messages upstream: bodies and events pass through as they came
+//! (unknown fields and event types included), with only the model name rewritten and
+//! usage read on the way.
+
+use super::{error_event, WireUsage, PATH};
+use crate::protocol::sse;
+use crate::protocol::{
+    RequestOptions, StreamContext, StreamTranslator, TranslateError, UpstreamRequest, Usage,
+};
+use serde_json::Value;
+
+pub fn request(mut body: Value, opts: &RequestOptions) -> UpstreamRequest {
+    if let Some(obj) = body.as_object_mut() {
+        obj.insert(
+            "model".into(),
+            Value::String(opts.upstream_model.to_string()),
+        );
+    }
+    UpstreamRequest {
+        body: serde_json::to_vec(&body).unwrap_or_default(),
+        path: PATH.into(),
+        client_wants_usage: false,
+    }
+}
+
+pub fn response(body: &[u8], client_model: &str) -> Result<(Vec<u8>, Usage), TranslateError> {
+    let mut v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    let obj = v
+        .as_object_mut()
+        .ok_or(TranslateError::Shape("not an object"))?;
+    if obj.get("type").and_then(Value::as_str) != Some("message") {
+        return Err(TranslateError::Shape("not a message"));
+    }
+    let usage = obj
+        .get("usage")
+        .map(|u| WireUsage::of(u).to_usage())
+        .unwrap_or_default();
+    obj.insert("model".into(), Value::String(client_model.to_string()));
+    Ok((
+        serde_json::to_vec(&v).map_err(|_| TranslateError::NotJson)?,
+        usage,
+    ))
+}
+
+/// The stream state machine. It ends cleanly only after the upstream's `message_stop`;
+/// an upstream `error` event ends it (forwarded with a sanitized message); anything
+/// else ends with the protocol's error event.
+pub struct Stream {
+    ctx: StreamContext,
+    sse: sse::Decoder,
+    pending: Vec<sse::Event>,
+    usage: WireUsage,
+    done: bool,
+    failed: bool,
+}
+
+impl Stream {
+    pub fn new(ctx: StreamContext) -> Stream {
+        Stream {
+            ctx,
+            sse: sse::Decoder::new(),
+            pending: Vec::new(),
+            usage: WireUsage::default(),
+            done: false,
+            failed: false,
+        }
+    }
+
+    fn emit(&mut self, out: &mut Vec<u8>) {
+        for ev in std::mem::take(&mut self.pending) {
+            if self.done || self.failed {
+                continue;
+            }
+            let mut parsed = serde_json::from_str::<Value>(&ev.data).ok();
+            let kind = parsed
+                .as_ref()
+                .and_then(|v| v.get("type"))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            // The SDKs dispatch on the event line: restore it from the data when a
+            // relay upstream dropped it.
+            let name = ev.event.clone().or_else(|| kind.clone());
+            let mut data = None;
+            match (kind.as_deref(), parsed.as_mut()) {
+                (Some("message_start"), Some(v)) => {
+                    self.usage.merge(&v["message"]["usage"]);
+                    if let Some(m) = v.get_mut("message").and_then(Value::as_object_mut) {
+                        m.insert("model".into(), Value::String(self.ctx.client_model.clone()));
+                    }
+                    data = Some(v.to_string());
+                }
+                (Some("message_delta"), Some(v)) => self.usage.merge(&v["usage"]),
+                (Some("message_stop"), _) => self.done = true,
+                (Some("error"), Some(v)) => {
+                    // Spec 7.2: the upstream's own text stays here; its error type (which
+                    // the SDKs map to retry behaviour) goes through.
+                    self.failed = true;
+                    let etype = v["error"]["type"].as_str().unwrap_or("api_error");
+                    let message = format!(
+                        "The upstream provider reported an error mid-stream. (request id: {})",
+                        self.ctx.request_id
+                    );
+                    let body = serde_json::json!({"type": "error", "error": {"type": etype, "message": message}});
+                    data = Some(body.to_string());
+                }
+                _ => {}
+            }
+            write_raw(out, name.as_deref(), data.as_deref().unwrap_or(&ev.data));
+        }
+    }
+}
+
+/// One event as `event: X\ndata: Y\n\n`, every line of a multi-line data prefixed.
+fn write_raw(out: &mut Vec<u8>, name: Option<&str>, data: &str) {
+    if let Some(n) = name {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(n.as_bytes());
+        out.push(b'\n');
+    }
+    for line in data.split('\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+}
+
+impl StreamTranslator for Stream {
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        let result = self.sse.feed(chunk, &mut self.pending);
+        self.emit(out);
+        if result.is_err() && !self.done && !self.failed {
+            self.failed = true;
+            out.extend_from_slice(&error_event(&format!(
+                "The upstream sent an oversized event. (request id: {})",
+                self.ctx.request_id
+            )));
+        }
+    }
+
+    fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
+        self.sse.flush(&mut self.pending);
+        self.emit(out);
+        if self.done || self.failed {
+            return;
+        }
+        self.failed = true;
+        let message = error.map(str::to_string).unwrap_or_else(|| {
+            format!(
+                "The upstream provider ended the stream before it was complete. (request id: {})",
+                self.ctx.request_id
+            )
+        });
+        out.extend_from_slice(&error_event(&message));
+    }
+
+    fn usage(&self) -> Usage {
+        self.usage.to_usage()
+    }
+}
+
+#[cfg(test)]
+#[path = "passthrough_tests.rs"]
+mod tests;
