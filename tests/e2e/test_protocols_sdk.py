@@ -222,8 +222,9 @@ def test_anthropic_validation_error(ant):
         ant.messages.create(
             model="m-openai",
             max_tokens=10,
-            temperature=1.5,
             messages=[{"role": "user", "content": "hi"}],
+            # spec 8: temperature is 0..1 on the messages protocol.
+            extra_body={"temperature": 1.5},
         )
     assert "request id:" in str(e.value)
 
