@@ -112,6 +112,24 @@ fn unsupported(client: Protocol, upstream: Protocol) -> Invalid {
     }
 }
 
+/// Same-protocol requests: the body as it came, with only the model renamed.
+pub(crate) fn with_model(mut body: Value, model: &str) -> Vec<u8> {
+    if let Some(obj) = body.as_object_mut() {
+        obj.insert("model".into(), Value::String(model.to_string()));
+    }
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+/// Same-protocol answers: the upstream body as a JSON object.
+pub(crate) fn answer_object(body: &[u8]) -> Result<Value, TranslateError> {
+    let v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    if v.is_object() {
+        Ok(v)
+    } else {
+        Err(TranslateError::Shape("not an object"))
+    }
+}
+
 /// Parses and validates a client request body (the 400s, before anything is reserved).
 pub fn parse_request(client: Protocol, body: &[u8]) -> Result<Value, Invalid> {
     let v: Value = serde_json::from_slice(body).map_err(|e| Invalid {

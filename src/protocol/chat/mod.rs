@@ -105,11 +105,9 @@ pub fn validate(body: &Value) -> Result<(), Invalid> {
 /// Same-protocol request: only the model is rewritten, and streams ask for usage.
 /// Returns the body and whether the client itself asked for usage.
 pub fn passthrough_request(mut body: Value, opts: &RequestOptions) -> UpstreamRequest {
-    let (upstream_model, stream) = (opts.upstream_model, opts.stream);
     let mut wants_usage = false;
     if let Some(obj) = body.as_object_mut() {
-        obj.insert("model".into(), Value::String(upstream_model.to_string()));
-        if stream {
+        if opts.stream {
             let so = obj
                 .entry("stream_options")
                 .or_insert_with(|| Value::Object(Map::new()));
@@ -123,7 +121,7 @@ pub fn passthrough_request(mut body: Value, opts: &RequestOptions) -> UpstreamRe
         }
     }
     UpstreamRequest {
-        body: serde_json::to_vec(&body).unwrap_or_default(),
+        body: super::with_model(body, opts.upstream_model),
         path: "/v1/chat/completions".into(),
         client_wants_usage: wants_usage,
     }
@@ -145,7 +143,7 @@ pub fn passthrough_response(
     body: &[u8],
     client_model: &str,
 ) -> Result<(Vec<u8>, Usage), TranslateError> {
-    let mut v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    let mut v = super::answer_object(body)?;
     let obj = v
         .as_object_mut()
         .ok_or(TranslateError::Shape("not an object"))?;

@@ -9,22 +9,16 @@ use crate::protocol::{
 };
 use serde_json::Value;
 
-pub fn request(mut body: Value, opts: &RequestOptions) -> UpstreamRequest {
-    if let Some(obj) = body.as_object_mut() {
-        obj.insert(
-            "model".into(),
-            Value::String(opts.upstream_model.to_string()),
-        );
-    }
+pub fn request(body: Value, opts: &RequestOptions) -> UpstreamRequest {
     UpstreamRequest {
-        body: serde_json::to_vec(&body).unwrap_or_default(),
+        body: crate::protocol::with_model(body, opts.upstream_model),
         path: PATH.into(),
         client_wants_usage: false,
     }
 }
 
 pub fn response(body: &[u8], client_model: &str) -> Result<(Vec<u8>, Usage), TranslateError> {
-    let mut v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    let mut v = crate::protocol::answer_object(body)?;
     let obj = v
         .as_object_mut()
         .ok_or(TranslateError::Shape("not an object"))?;

@@ -9,15 +9,9 @@ use crate::protocol::{
 };
 use serde_json::Value;
 
-pub fn passthrough_request(mut body: Value, opts: &RequestOptions) -> UpstreamRequest {
-    if let Some(obj) = body.as_object_mut() {
-        obj.insert(
-            "model".into(),
-            Value::String(opts.upstream_model.to_string()),
-        );
-    }
+pub fn passthrough_request(body: Value, opts: &RequestOptions) -> UpstreamRequest {
     UpstreamRequest {
-        body: serde_json::to_vec(&body).unwrap_or_default(),
+        body: crate::protocol::with_model(body, opts.upstream_model),
         path: if opts.compact {
             "/v1/responses/compact".into()
         } else {
@@ -40,13 +34,7 @@ pub(super) fn usage_of(u: &Value) -> Usage {
             reasoning_tokens: n(&u["output_tokens_details"]["reasoning_tokens"]),
         }
     } else {
-        Usage {
-            input_tokens: n(&u["prompt_tokens"]),
-            output_tokens: n(&u["completion_tokens"]),
-            cached_input_tokens: n(&u["prompt_tokens_details"]["cached_tokens"]),
-            cache_creation_input_tokens: 0,
-            reasoning_tokens: n(&u["completion_tokens_details"]["reasoning_tokens"]),
-        }
+        crate::protocol::chat::usage_of(u)
     }
 }
 
@@ -55,7 +43,7 @@ pub fn passthrough_response(
     body: &[u8],
     client_model: &str,
 ) -> Result<(Vec<u8>, Usage), TranslateError> {
-    let mut v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    let mut v = crate::protocol::answer_object(body)?;
     let obj = v
         .as_object_mut()
         .ok_or(TranslateError::Shape("not an object"))?;
