@@ -9,7 +9,13 @@ pub struct Accepts {
     pub x_api_key: bool,
     /// `x-gen-api-key` / `x-goog-api-key` header and `?key=` (generate-content paths).
     pub gen_key: bool,
+    /// `Sec-WebSocket-Protocol: openai-insecure-api-key.<key>` (`/v1/realtime`, where
+    /// browsers cannot set headers).
+    pub ws_protocol: bool,
 }
+
+/// The subprotocol entry that carries a key on WebSocket upgrades.
+pub const WS_KEY_PREFIX: &str = "openai-insecure-api-key.";
 
 /// The credential as sent, or `None` when the request carries none.
 pub fn extract<'a>(
@@ -43,6 +49,16 @@ pub fn extract<'a>(
         }
         if let Some(k) = query_param(query, "key") {
             return Some(k);
+        }
+    }
+    if accepts.ws_protocol {
+        let offered = header_str(headers, "sec-websocket-protocol").unwrap_or_default();
+        if let Some(k) = offered
+            .split(',')
+            .find_map(|p| p.trim().strip_prefix(WS_KEY_PREFIX))
+            .filter(|k| !k.is_empty())
+        {
+            return Some(k.to_string());
         }
     }
     None
@@ -85,7 +101,18 @@ mod tests {
     const ALL: Accepts = Accepts {
         x_api_key: true,
         gen_key: true,
+        ws_protocol: true,
     };
+
+    #[test]
+    fn websocket_subprotocol_key() {
+        let m = h(&[(
+            "sec-websocket-protocol",
+            "realtime, openai-insecure-api-key.sk-5, openai-beta.realtime-v1",
+        )]);
+        assert_eq!(extract(&m, None, ALL).as_deref(), Some("sk-5"));
+        assert_eq!(extract(&m, None, Accepts::default()), None);
+    }
 
     #[test]
     fn bearer_any_case_and_bare() {

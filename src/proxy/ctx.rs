@@ -22,6 +22,8 @@ pub struct Ctx {
     pub record: Option<Record>,
     /// Status sent to the client.
     pub status: u16,
+    /// A relayed WebSocket (`/v1/realtime`).
+    pub realtime: Option<Box<crate::realtime::Link>>,
 }
 
 /// The usage-relevant facts of a request, filled in as they become known.
@@ -45,6 +47,7 @@ impl Ctx {
             key: None,
             record: None,
             status: 0,
+            realtime: None,
         }
     }
 

@@ -3,11 +3,15 @@
 //! Phases, in the order Pingora runs them for a request:
 //! 1. `new_ctx`: request id and clock ([`Ctx::new`]).
 //! 2. `request_filter`: route ([`route::route`]), authenticate ([`crate::auth`]), then
-//!    either answer locally ([`crate::api::local`]) or relay ([`crate::relay`]). Every
-//!    route answers here, so the phase always ends the request ([`Phase::Responded`]).
-//! 3. `upstream_peer`: not reached by the routes above; kept for passthrough routes.
-//! 4. `fail_to_proxy`: a Pingora-level failure, rendered in the spec's envelope.
-//! 5. `logging`: appends the usage record of an authenticated request.
+//!    answer locally ([`crate::api::local`]), relay a body-routed request
+//!    ([`crate::relay`], [`crate::relay::media`]): both end the request here
+//!    ([`Phase::Responded`]); or prepare a WebSocket ([`crate::realtime`]), which
+//!    continues through Pingora's proxy path ([`Phase::Continue`]).
+//! 3. `upstream_peer`, `upstream_request_filter`: the WebSocket's upstream.
+//! 4. `request_body_filter`, `response_body_filter`: the WebSocket's frames, both ways.
+//! 5. `fail_to_proxy`: a Pingora-level failure, rendered in the spec's envelope.
+//! 6. `logging`: settles a WebSocket, appends the usage record of an authenticated
+//!    request.
 
 pub mod ctx;
 pub mod route;
@@ -18,10 +22,13 @@ use crate::api::local;
 use crate::auth::{self, client_ip};
 use crate::errors::GatewayError;
 use crate::gateway::Gateway;
+use crate::realtime;
 use crate::relay;
 use crate::store::UsageRecord;
 use async_trait::async_trait;
+use bytes::Bytes;
 use ctx::respond_error;
+use pingora::http::RequestHeader;
 use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use route::Route;
@@ -58,8 +65,46 @@ impl ProxyHttp for GatewayProxy {
         Ok(handle(&self.gw, session, ctx).await == Phase::Responded)
     }
 
-    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
-        Error::e_explain(ErrorType::InternalError, "no passthrough route")
+    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        if ctx.realtime.is_none() {
+            return Error::e_explain(ErrorType::InternalError, "no passthrough route");
+        }
+        realtime::upstream_peer(&self.gw, ctx).await
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        req: &mut RequestHeader,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        realtime::upstream_request(&self.gw, ctx, req)
+    }
+
+    async fn request_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<()> {
+        if ctx.realtime.is_some() {
+            realtime::from_client(ctx, body, end_of_stream);
+        }
+        Ok(())
+    }
+
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> Result<Option<std::time::Duration>> {
+        if ctx.realtime.is_some() {
+            realtime::from_upstream(ctx, body, end_of_stream);
+        }
+        Ok(None)
     }
 
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
@@ -84,6 +129,9 @@ impl ProxyHttp for GatewayProxy {
     }
 
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
+        if ctx.realtime.is_some() {
+            realtime::finish(&self.gw, ctx).await;
+        }
         record_usage(&self.gw, session, ctx).await;
     }
 }
@@ -94,10 +142,13 @@ async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx) -> Phase {
     let query = req.uri.query().map(str::to_string);
     let route = route::route(&req.method, &path);
     ctx.shape = route.error_shape(&path);
-    if let Err(e) = dispatch(gw, session, ctx, &route, &path, query.as_deref()).await {
-        respond_error(session, ctx, &e).await;
+    match dispatch(gw, session, ctx, &route, &path, query.as_deref()).await {
+        Ok(phase) => phase,
+        Err(e) => {
+            respond_error(session, ctx, &e).await;
+            Phase::Responded
+        }
     }
-    Phase::Responded
 }
 
 async fn dispatch(
@@ -107,7 +158,7 @@ async fn dispatch(
     route: &Route,
     path: &str,
     query: Option<&str>,
-) -> Result<(), GatewayError> {
+) -> Result<Phase, GatewayError> {
     match route {
         Route::NotFound => return Err(GatewayError::NotFound),
         Route::MethodNotAllowed => return Err(GatewayError::MethodNotAllowed),
@@ -131,24 +182,36 @@ async fn dispatch(
     )
     .await?;
     ctx.key = Some(key.clone());
+    let responded = |r: Result<(), GatewayError>| r.map(|()| Phase::Responded);
     match route {
         Route::Models => {
             let format = local::list_format(&session.req_header().headers, query);
             ctx.record_mut().endpoint = path.to_string();
             local::serve_models(gw, session, ctx, &key, format).await;
-            Ok(())
+            Ok(Phase::Responded)
         }
         Route::GeminiModels => {
             ctx.record_mut().endpoint = path.to_string();
             local::serve_models(gw, session, ctx, &key, local::ListFormat::Gemini).await;
-            Ok(())
+            Ok(Phase::Responded)
         }
-        Route::GeminiModel(name) => local::serve_gemini_model(gw, session, ctx, &key, name).await,
-        Route::UsageToken => local::serve_usage(gw, session, ctx, &key).await,
-        Route::LogToken => local::serve_log(gw, session, ctx, &key, query).await,
+        Route::GeminiModel(name) => {
+            responded(local::serve_gemini_model(gw, session, ctx, &key, name).await)
+        }
+        Route::UsageToken => responded(local::serve_usage(gw, session, ctx, &key).await),
+        Route::LogToken => responded(local::serve_log(gw, session, ctx, &key, query).await),
         Route::Relay(r) => {
             ctx.record_mut().endpoint = path.to_string();
-            relay::handle(gw, session, ctx, r).await
+            responded(relay::handle(gw, session, ctx, r).await)
+        }
+        Route::Media(m) => {
+            ctx.record_mut().endpoint = path.to_string();
+            responded(relay::media::handle(gw, session, ctx, m).await)
+        }
+        Route::Realtime => {
+            ctx.record_mut().endpoint = path.to_string();
+            realtime::begin(gw, session, ctx, &key, query).await?;
+            Ok(Phase::Continue)
         }
         Route::NotFound | Route::MethodNotAllowed | Route::NotImplemented => {
             Err(GatewayError::Internal)

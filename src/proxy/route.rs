@@ -3,6 +3,7 @@
 
 use crate::auth::Accepts;
 use crate::errors::ErrorShape;
+use crate::media::Media;
 use crate::protocol::Protocol;
 use http::Method;
 
@@ -20,6 +21,10 @@ pub struct Relay {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
+    /// The synchronous non-chat endpoints (spec 4.6, 4.7, 4.19–4.22).
+    Media(Media),
+    /// `GET /v1/realtime`: a WebSocket relayed both ways (spec 4.20).
+    Realtime,
     /// `GET /v1/models` (spec 4.1): format chosen from the headers.
     Models,
     /// `GET /v1beta/models` (spec 4.2), and one model by name.
@@ -40,14 +45,19 @@ impl Route {
             Route::Models => Accepts {
                 x_api_key: true,
                 gen_key: true,
+                ws_protocol: false,
             },
             Route::Relay(r) if r.protocol == Protocol::Messages => Accepts {
                 x_api_key: true,
-                gen_key: false,
+                ..Accepts::default()
+            },
+            Route::Realtime => Accepts {
+                ws_protocol: true,
+                ..Accepts::default()
             },
             _ => Accepts {
-                x_api_key: false,
                 gen_key: gen,
+                ..Accepts::default()
             },
         }
     }
@@ -86,6 +96,15 @@ pub fn route(method: &Method, path: &str) -> Route {
         "/v1/chat/completions" => only(post, Route::Relay(relay(Protocol::Chat))),
         "/v1/messages" => only(post, Route::Relay(relay(Protocol::Messages))),
         "/v1/responses" => only(post, Route::Relay(relay(Protocol::Responses))),
+        "/v1/images/generations" => only(post, Route::Media(Media::ImageGeneration)),
+        "/v1/images/edits" => only(post, Route::Media(Media::ImageEdit)),
+        "/v1/audio/speech" => only(post, Route::Media(Media::Speech)),
+        "/v1/audio/transcriptions" => only(post, Route::Media(Media::Transcription)),
+        "/v1/audio/translations" => only(post, Route::Media(Media::Translation)),
+        "/v1/embeddings" => only(post, Route::Media(Media::Embeddings(None))),
+        "/v1/rerank" => only(post, Route::Media(Media::Rerank)),
+        "/v1/moderations" => only(post, Route::Media(Media::Moderation)),
+        "/v1/realtime" => only(get, Route::Realtime),
         "/v1/responses/compact" => only(
             post,
             Route::Relay(Relay {
@@ -96,6 +115,17 @@ pub fn route(method: &Method, path: &str) -> Route {
         _ => {
             if let Some(rest) = p.strip_prefix("/v1beta/models/") {
                 return gemini(method, rest);
+            }
+            // spec 4.19: the model in the path.
+            if let Some(model) = p
+                .strip_prefix("/v1/engines/")
+                .and_then(|r| r.strip_suffix("/embeddings"))
+                .filter(|m| !m.is_empty() && !m.contains('/'))
+            {
+                return only(
+                    post,
+                    Route::Media(Media::Embeddings(Some(model.to_string()))),
+                );
             }
             not_implemented(method, p)
         }
@@ -196,5 +226,14 @@ mod tests {
             route(&Method::GET, "/v1beta/models/g1"),
             Route::GeminiModel("g1".into())
         );
+        assert_eq!(
+            route(&Method::POST, "/v1/images/generations/"),
+            Route::Media(Media::ImageGeneration)
+        );
+        assert_eq!(
+            route(&Method::POST, "/v1/engines/e5/embeddings"),
+            Route::Media(Media::Embeddings(Some("e5".into())))
+        );
+        assert_eq!(route(&Method::GET, "/v1/realtime"), Route::Realtime);
     }
 }

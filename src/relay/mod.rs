@@ -7,6 +7,7 @@
 //! model priced (403) → reservation (403 when the quota cannot cover it).
 
 mod body;
+pub mod media;
 mod output_limit;
 mod stream;
 mod upstream;

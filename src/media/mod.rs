@@ -1,0 +1,50 @@
+//! The synchronous non-chat endpoints (spec 4.6, 4.7, 4.19–4.22): what each one accepts
+//! (the 400s of section 8, before anything is reserved), which model it names, and what
+//! its answer says it consumed. Pure: no I/O; the relay leg is `relay::media`.
+
+pub mod audio;
+pub mod images;
+pub mod multipart;
+
+/// One endpoint of the family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Media {
+    /// `POST /v1/images/generations` (spec 4.6).
+    ImageGeneration,
+    /// `POST /v1/images/edits`, the native request shape of spec 4.7.
+    ImageEdit,
+    /// `POST /v1/audio/speech` (spec 4.21): binary audio streamed back.
+    Speech,
+    /// `POST /v1/audio/transcriptions`, multipart.
+    Transcription,
+    /// `POST /v1/audio/translations`, multipart.
+    Translation,
+    /// `POST /v1/embeddings`, or `/v1/engines/{model}/embeddings` with the model in the
+    /// path (spec 4.19).
+    Embeddings(Option<String>),
+    /// `POST /v1/rerank` (spec 4.22).
+    Rerank,
+    /// `POST /v1/moderations`.
+    Moderation,
+}
+
+impl Media {
+    /// The path on an OpenAI-style upstream.
+    pub fn upstream_path(&self) -> &'static str {
+        match self {
+            Media::ImageGeneration => "/v1/images/generations",
+            Media::ImageEdit => "/v1/images/edits",
+            Media::Speech => "/v1/audio/speech",
+            Media::Transcription => "/v1/audio/transcriptions",
+            Media::Translation => "/v1/audio/translations",
+            Media::Embeddings(_) => "/v1/embeddings",
+            Media::Rerank => "/v1/rerank",
+            Media::Moderation => "/v1/moderations",
+        }
+    }
+
+    /// Multipart uploads (the model is read from the form).
+    pub fn is_multipart(&self) -> bool {
+        matches!(self, Media::Transcription | Media::Translation)
+    }
+}
