@@ -18,6 +18,7 @@ pub use guard::{ReservationGuard, SettleOutcome};
 use crate::config::raw::RawPrice;
 use crate::protocol::Usage;
 use crate::store::Micros;
+use std::collections::BTreeMap;
 
 /// Output tokens reserved when neither the request nor the price names a limit.
 pub const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 16_384;
@@ -27,41 +28,117 @@ pub const MIN_OUTPUT_TOKENS: u64 = 16;
 /// tokens for the model.
 const IMAGE_TOKEN_ALLOWANCE: u64 = 3_000;
 
-/// A model's price, in pico-USD per token (= micro-USD per 1M tokens).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A model's price, in pico-USD per token (= micro-USD per 1M tokens), and the other
+/// units the non-chat endpoints are billed in.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Price {
     pub input_pico: u64,
     pub output_pico: u64,
     pub cached_input_pico: u64,
     pub cache_write_pico: u64,
     pub max_output_tokens: u64,
+    /// Whether `input` / `output` were configured (an unpriced unit is not free: the
+    /// endpoints that need it refuse the model).
+    pub input_priced: bool,
+    pub output_priced: bool,
+    /// micro-USD per image, by `size`, `size/quality` or `*`.
+    pub per_image: BTreeMap<String, Micros>,
+    /// pico-USD per character of speech input (= micro-USD per 1M characters).
+    pub per_char_pico: Option<u64>,
+    /// micro-USD per minute of audio.
+    pub per_minute_micros: Option<u64>,
+}
+
+/// USD amounts within this bound convert to integers without loss of meaning.
+const MAX_USD: f64 = 1_000_000.0;
+
+fn usd_to_micros(usd: f64, what: &str, unit: &str) -> Result<u64, String> {
+    if !(0.0..=MAX_USD).contains(&usd) {
+        return Err(format!(
+            "{what} must be a non-negative number of USD {unit}"
+        ));
+    }
+    Ok((usd * 1_000_000.0).round() as u64)
 }
 
 impl Price {
     pub fn from_raw(p: &RawPrice) -> Result<Price, String> {
-        let conv = |usd_per_m: f64, what: &str| -> Result<u64, String> {
-            if !(0.0..=1_000_000.0).contains(&usd_per_m) {
-                return Err(format!(
-                    "{what} must be a non-negative number of USD per 1M tokens"
-                ));
-            }
-            // USD per 1M tokens == micro-USD per token; keep 6 more digits as pico.
-            Ok((usd_per_m * 1_000_000.0).round() as u64)
+        // USD per 1M tokens == micro-USD per token; keep 6 more digits as pico.
+        let per_m = |v: Option<f64>, what: &str| -> Result<Option<u64>, String> {
+            v.map(|v| usd_to_micros(v, what, "per 1M tokens"))
+                .transpose()
         };
-        let input_pico = conv(p.input, "input")?;
+        let input = per_m(p.input, "input")?;
+        let output = per_m(p.output, "output")?;
+        let input_pico = input.unwrap_or(0);
+        let mut per_image = BTreeMap::new();
+        for (k, v) in &p.per_image {
+            let m = usd_to_micros(*v, &format!("per_image.{k}"), "per image")?;
+            per_image.insert(k.clone(), m.min(Micros::MAX as u64) as Micros);
+        }
+        let per_char_pico = p
+            .per_million_chars
+            .map(|v| usd_to_micros(v, "per_million_chars", "per 1M characters"))
+            .transpose()?;
+        let per_minute_micros = p
+            .per_minute
+            .map(|v| usd_to_micros(v, "per_minute", "per minute"))
+            .transpose()?;
+        if input.is_none()
+            && output.is_none()
+            && per_image.is_empty()
+            && per_char_pico.is_none()
+            && per_minute_micros.is_none()
+        {
+            return Err(
+                "names no price: set `input`/`output`, `per_image`, `per_million_chars` or `per_minute`"
+                    .into(),
+            );
+        }
         Ok(Price {
             input_pico,
-            output_pico: conv(p.output, "output")?,
-            cached_input_pico: match p.cached_input {
-                Some(v) => conv(v, "cached_input")?,
-                None => input_pico,
-            },
-            cache_write_pico: match p.cache_write {
-                Some(v) => conv(v, "cache_write")?,
-                None => input_pico,
-            },
+            output_pico: output.unwrap_or(0),
+            cached_input_pico: per_m(p.cached_input, "cached_input")?.unwrap_or(input_pico),
+            cache_write_pico: per_m(p.cache_write, "cache_write")?.unwrap_or(input_pico),
             max_output_tokens: p.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
+            input_priced: input.is_some(),
+            output_priced: output.is_some(),
+            per_image,
+            per_char_pico,
+            per_minute_micros,
         })
+    }
+
+    /// Priced per token both ways (chat, responses, realtime, token-billed images).
+    pub fn per_token(&self) -> bool {
+        self.input_priced && self.output_priced
+    }
+
+    /// The price of one image of this size and quality: `size/quality`, then `size`,
+    /// then `*`. `auto` (the size is the model's choice) takes the dearest entry.
+    pub fn image(&self, size: &str, quality: Option<&str>) -> Option<Micros> {
+        if size == "auto" {
+            return self.per_image.values().copied().max();
+        }
+        quality
+            .and_then(|q| self.per_image.get(&format!("{size}/{q}")))
+            .or_else(|| self.per_image.get(size))
+            .or_else(|| self.per_image.get("*"))
+            .copied()
+    }
+
+    /// Speech: the cost of `chars` characters of input.
+    pub fn chars(&self, chars: u64) -> Option<Micros> {
+        self.per_char_pico
+            .map(|p| pico_to_micros(chars as u128 * p as u128))
+    }
+
+    /// Audio: the cost of `seconds` of audio (rounded up to the micro-USD).
+    pub fn seconds(&self, seconds: f64) -> Option<Micros> {
+        let per_minute = self.per_minute_micros?;
+        let millis = (seconds.max(0.0) * 1000.0).ceil() as u128;
+        let micros = (millis * per_minute as u128).div_ceil(60_000);
+        Some(micros.min(Micros::MAX as u128) as Micros)
     }
 
     /// The real cost of a request from its normalised usage, rounded up to a micro-USD.
@@ -151,13 +228,55 @@ mod tests {
 
     fn price(input: f64, output: f64, cached: Option<f64>) -> Price {
         Price::from_raw(&RawPrice {
-            input,
-            output,
+            input: Some(input),
+            output: Some(output),
             cached_input: cached,
             cache_write: None,
             max_output_tokens: None,
+            per_image: BTreeMap::new(),
+            per_million_chars: None,
+            per_minute: None,
         })
         .unwrap()
+    }
+
+    #[test]
+    fn units_other_than_tokens() {
+        let p = Price::from_raw(&RawPrice {
+            input: None,
+            output: None,
+            cached_input: None,
+            cache_write: None,
+            max_output_tokens: None,
+            per_image: [
+                ("1024x1024".to_string(), 0.04),
+                ("1024x1024/hd".into(), 0.08),
+            ]
+            .into_iter()
+            .collect(),
+            per_million_chars: Some(15.0),
+            per_minute: Some(0.006),
+        })
+        .unwrap();
+        assert!(!p.per_token());
+        assert_eq!(p.image("1024x1024", Some("hd")), Some(80_000));
+        assert_eq!(p.image("1024x1024", Some("standard")), Some(40_000));
+        assert_eq!(p.image("auto", None), Some(80_000));
+        assert_eq!(p.image("512x512", None), None);
+        assert_eq!(p.chars(1000), Some(15_000));
+        assert_eq!(p.seconds(60.0), Some(6_000));
+        assert_eq!(p.seconds(0.5), Some(50));
+        assert!(Price::from_raw(&RawPrice {
+            input: None,
+            output: None,
+            cached_input: None,
+            cache_write: None,
+            max_output_tokens: None,
+            per_image: BTreeMap::new(),
+            per_million_chars: None,
+            per_minute: None,
+        })
+        .is_err());
     }
 
     #[test]

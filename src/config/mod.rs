@@ -10,6 +10,7 @@ pub mod raw;
 
 use crate::billing::Price;
 use crate::channels::{Channel, ChannelProtocol};
+use crate::media::images::Families;
 use ipnet::IpNet;
 use raw::RawConfig;
 use std::collections::{BTreeMap, HashSet};
@@ -76,6 +77,7 @@ pub struct Config {
     pub key_cache_ttl: Duration,
     pub channels: Vec<Arc<Channel>>,
     pub prices: BTreeMap<String, Price>,
+    pub image_families: Families,
 }
 
 impl Config {
@@ -170,6 +172,27 @@ impl Config {
             let price = Price::from_raw(p).map_err(|m| err(format!("prices.{model}"), m))?;
             prices.insert(model.clone(), price);
         }
+        let f = raw.image_families;
+        let mut seen = HashSet::new();
+        for (family, models) in [
+            ("smallest", &f.smallest),
+            ("middle", &f.middle),
+            ("newest", &f.newest),
+        ] {
+            for (i, m) in models.iter().enumerate() {
+                if !seen.insert(m.clone()) {
+                    return Err(err(
+                        format!("image_families.{family}[{i}]"),
+                        format!("`{m}` is already in another family"),
+                    ));
+                }
+            }
+        }
+        let image_families = Families {
+            smallest: f.smallest,
+            middle: f.middle,
+            newest: f.newest,
+        };
         let mut names = HashSet::new();
         let mut channels = Vec::new();
         for (i, c) in raw.channels.into_iter().enumerate() {
@@ -196,6 +219,7 @@ impl Config {
             key_cache_ttl: Duration::from_secs(raw.key_cache_ttl_secs),
             channels,
             prices,
+            image_families,
         })
     }
 

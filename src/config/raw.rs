@@ -25,6 +25,20 @@ pub struct RawConfig {
     pub channels: Vec<RawChannel>,
     #[serde(default)]
     pub prices: BTreeMap<String, RawPrice>,
+    /// The three image model families of spec 8, by model name.
+    #[serde(default)]
+    pub image_families: RawImageFamilies,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawImageFamilies {
+    #[serde(default)]
+    pub smallest: Vec<String>,
+    #[serde(default)]
+    pub middle: Vec<String>,
+    #[serde(default)]
+    pub newest: Vec<String>,
 }
 
 fn default_key_cache_ttl() -> u64 {
@@ -136,13 +150,20 @@ fn default_read_timeout() -> u64 {
 #[serde(deny_unknown_fields)]
 pub struct RawPrice {
     /// USD per 1M input tokens.
-    pub input: f64,
+    pub input: Option<f64>,
     /// USD per 1M output tokens (reasoning included).
-    pub output: f64,
+    pub output: Option<f64>,
     /// USD per 1M cached input tokens; default: `input`.
     pub cached_input: Option<f64>,
     /// USD per 1M tokens written to a prompt cache; default: `input`.
     pub cache_write: Option<f64>,
     /// Output tokens reserved when a request names no limit of its own.
     pub max_output_tokens: Option<u64>,
+    /// USD per image, by `size` or `size/quality` (`*` matches any size).
+    #[serde(default)]
+    pub per_image: BTreeMap<String, f64>,
+    /// USD per 1M characters of speech input.
+    pub per_million_chars: Option<f64>,
+    /// USD per minute of audio transcribed or translated.
+    pub per_minute: Option<f64>,
 }

@@ -5,6 +5,7 @@
 pub mod audio;
 pub mod images;
 pub mod multipart;
+pub mod text;
 
 /// One endpoint of the family.
 #[derive(Debug, Clone, PartialEq, Eq)]

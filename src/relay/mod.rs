@@ -27,7 +27,7 @@ use serde_json::Value;
 use upstream::{Exchange, OpenError, Outgoing};
 
 /// Largest upstream error body read (for the operator's log only).
-const ERROR_BODY_LIMIT: usize = 64 * 1024;
+pub(crate) const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 pub async fn handle(
     gw: &Gateway,
@@ -75,14 +75,15 @@ pub async fn handle(
     if candidates.is_empty() {
         return Err(GatewayError::ModelNotFound(model));
     }
-    let price = *gw
+    let price = gw
         .config
         .prices
         .get(&model)
+        .filter(|p| p.per_token())
         .ok_or_else(|| GatewayError::ModelNotPriced(model.clone()))?;
 
     let estimate = Estimate::new(
-        &price,
+        price,
         &raw,
         output_limit::requested(route.protocol, &parsed),
     );
@@ -105,7 +106,7 @@ pub async fn handle(
             ReserveDenied::QuotaExhausted => GatewayError::QuotaExhausted,
         })?;
     let mut guard = ReservationGuard::new(gw.store.clone(), reservation);
-    if let Some(cap) = estimate.output_cap(&price, guard.amount()) {
+    if let Some(cap) = estimate.output_cap(price, guard.amount()) {
         output_limit::cap(route.protocol, &mut parsed, cap);
     }
 
@@ -142,12 +143,12 @@ fn client_sse(session: &Session) -> bool {
 
 /// What settles the bill when the upstream reports no usage: the prompt estimated at four
 /// bytes a token (the output is unknown then and is not guessed).
-struct Billing {
-    price: Price,
+struct Billing<'a> {
+    price: &'a Price,
     fallback_input: u64,
 }
 
-impl Billing {
+impl Billing<'_> {
     fn cost(&self, usage: Option<Usage>) -> (Usage, i64) {
         let u = usage.unwrap_or(Usage {
             input_tokens: self.fallback_input,
@@ -166,7 +167,7 @@ async fn exchange(
     model: &str,
     parsed: Value,
     stream: bool,
-    billing: &Billing,
+    billing: &Billing<'_>,
     guard: &mut ReservationGuard,
 ) -> Result<(), GatewayError> {
     let candidates = gw.router.candidates(model);
@@ -201,6 +202,7 @@ async fn exchange(
         let out = Outgoing {
             path: &req.path,
             body: Bytes::from(req.body),
+            content_type: "application/json",
             stream,
             client_headers: &client_headers,
         };
@@ -265,7 +267,7 @@ async fn whole(
     route: &Relay,
     upstream: Protocol,
     model: &str,
-    billing: &Billing,
+    billing: &Billing<'_>,
     guard: &mut ReservationGuard,
 ) -> Result<(), GatewayError> {
     let body = ex.body(gw.config.limits.max_response_bytes).await?;

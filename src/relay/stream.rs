@@ -30,7 +30,7 @@ pub async fn relay(
     ctx: &mut Ctx,
     mut ex: Exchange,
     plan: Plan<'_>,
-    billing: &Billing,
+    billing: &Billing<'_>,
     guard: &mut ReservationGuard,
 ) {
     let mut tr = protocol::stream_translator(

@@ -28,6 +28,8 @@ const DEFAULT_MESSAGES_VERSION: &str = "2023-06-01";
 pub struct Outgoing<'a> {
     pub path: &'a str,
     pub body: Bytes,
+    /// `application/json`, or a multipart type with its boundary.
+    pub content_type: &'a str,
     pub stream: bool,
     /// The client's request headers, for the few that are forwarded.
     pub client_headers: &'a http::HeaderMap,
@@ -152,14 +154,14 @@ fn request_header(channel: &Channel, out: &Outgoing<'_>) -> pingora::Result<Requ
     let path = format!("{}{}", channel.path_prefix, out.path);
     let mut h = RequestHeader::build("POST", path.as_bytes(), Some(8))?;
     h.insert_header(http::header::HOST, channel.authority())?;
-    h.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+    h.insert_header(http::header::CONTENT_TYPE, out.content_type)?;
     h.insert_header(http::header::CONTENT_LENGTH, out.body.len().to_string())?;
     h.insert_header(
         http::header::ACCEPT,
         if out.stream {
             "text/event-stream"
         } else {
-            "application/json"
+            "*/*"
         },
     )?;
     h.insert_header(
