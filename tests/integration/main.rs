@@ -3,6 +3,8 @@
 
 #[path = "../support/gateway.rs"]
 mod gateway;
+#[path = "../support/media_upstream.rs"]
+mod media_upstream;
 #[path = "../support/mock_upstream.rs"]
 mod mock_upstream;
 #[path = "../support/providers.rs"]
@@ -13,6 +15,7 @@ mod redis_server;
 mod auth;
 mod chat;
 mod local;
+mod media;
 mod protocols;
 mod quota;
 mod sdk;

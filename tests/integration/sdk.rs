@@ -3,7 +3,7 @@
 
 use crate::gateway::{StoreKind, TestGateway};
 use crate::mock_upstream::{openai, End, MockUpstream, Reply};
-use crate::{protocols, providers};
+use crate::{media, media_upstream, protocols, providers};
 use serde_json::json;
 use std::time::Duration;
 
@@ -32,6 +32,7 @@ async fn official_python_sdks() {
     }
     let up = openai_upstream().await;
     let scripted = providers::start().await;
+    let media_up = media_upstream::start().await;
     // The protocol matrix's channels, plus one for the openai-only tests.
     let cfg = protocols::config(&scripted.base_url()).replacen(
         "channels:\n",
@@ -40,7 +41,11 @@ async fn official_python_sdks() {
             up.base_url()
         ),
         1,
-    ) + "  gpt-4o-mini: { input: 0.15, output: 0.60 }\n";
+    )
+    .replacen("channels:\n", &format!("channels:\n{}", media::channel(&media_up.base_url())), 1)
+        + "  gpt-4o-mini: { input: 0.15, output: 0.60 }\n"
+        + media::PRICES
+        + media::FAMILIES;
     let gw = TestGateway::start(&cfg, StoreKind::Embedded).await;
     let (key, _) = gw
         .create_key(json!({"quota_usd": 1, "models": ["gpt-4o-mini"]}))
