@@ -120,6 +120,16 @@ impl Price {
         if size == "auto" {
             return self.per_image.values().copied().max();
         }
+        if quality == Some("auto") {
+            // The model picks the quality: the dearest this size can cost.
+            let prefix = format!("{size}/");
+            return self
+                .per_image
+                .iter()
+                .filter(|(k, _)| k.as_str() == size || k.as_str() == "*" || k.starts_with(&prefix))
+                .map(|(_, v)| *v)
+                .max();
+        }
         quality
             .and_then(|q| self.per_image.get(&format!("{size}/{q}")))
             .or_else(|| self.per_image.get(size))
@@ -262,6 +272,7 @@ mod tests {
         assert_eq!(p.image("1024x1024", Some("hd")), Some(80_000));
         assert_eq!(p.image("1024x1024", Some("standard")), Some(40_000));
         assert_eq!(p.image("auto", None), Some(80_000));
+        assert_eq!(p.image("1024x1024", Some("auto")), Some(80_000));
         assert_eq!(p.image("512x512", None), None);
         assert_eq!(p.chars(1000), Some(15_000));
         assert_eq!(p.seconds(60.0), Some(6_000));
