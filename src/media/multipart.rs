@@ -1,8 +1,20 @@
 //! A bounded, zero-copy `multipart/form-data` reader: text fields and file parts as
 //! byte ranges of the body as received, so an upload is forwarded byte-exact.
+//!
+//! RFC 7578 on top of the RFC 2046 framing: a delimiter is CRLF `--boundary`, followed by
+//! `--` (the close) or optional spaces and CRLF (the next part). Bare LF is tolerated
+//! wherever CRLF is expected, because some clients send it.
 
 use crate::protocol::Invalid;
+use memchr::memmem;
 use std::ops::Range;
+
+/// More parts than any real form has: each costs a header parse and a `Vec` slot.
+const MAX_PARTS: usize = 256;
+/// A part's header block, blank line included.
+const MAX_HEADER_BYTES: usize = 16 * 1024;
+/// A text field's value; file parts are not limited here (the body limit bounds them).
+const MAX_FIELD_BYTES: usize = 64 * 1024;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Field {
@@ -28,26 +40,801 @@ pub struct Form {
 }
 
 impl Form {
+    /// The first text field with that name.
     pub fn field(&self, name: &str) -> Option<&str> {
-        todo!()
+        self.fields
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| f.value.as_str())
     }
 
+    /// Every text field with that name, in body order (`timestamp_granularities[]`).
+    pub fn field_values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.fields
+            .iter()
+            .filter(move |f| f.name == name)
+            .map(|f| f.value.as_str())
+    }
+
+    /// The first file part with that name.
     pub fn file(&self, name: &str) -> Option<&FilePart> {
-        todo!()
+        self.files.iter().find(|f| f.name == name)
     }
 }
 
 /// The boundary of a `multipart/form-data` content type.
 pub fn boundary(content_type: &str) -> Option<String> {
-    todo!()
+    let (media_type, params) = content_type.split_once(';').unwrap_or((content_type, ""));
+    if !media_type
+        .trim()
+        .eq_ignore_ascii_case("multipart/form-data")
+    {
+        return None;
+    }
+    parameters(params)
+        .ok()?
+        .into_iter()
+        .find(|(name, _)| name == "boundary")
+        .map(|(_, value)| value)
+        .filter(|value| !value.is_empty())
 }
 
 /// Parses a whole multipart body.
 pub fn parse(body: &[u8], boundary: &str) -> Result<Form, Invalid> {
-    todo!()
+    if boundary.is_empty() || boundary.contains(['\r', '\n']) {
+        return Err(malformed(
+            "The multipart boundary is empty or contains a line break.",
+        ));
+    }
+    let mut needle = Vec::with_capacity(boundary.len() + 3);
+    needle.extend_from_slice(b"\n--");
+    needle.extend_from_slice(boundary.as_bytes());
+    let delimiters = Delimiters {
+        finder: memmem::Finder::new(&needle),
+        boundary,
+    };
+
+    // A preamble before the first boundary line is allowed (RFC 2046 5.1.1).
+    let at_start = if body.starts_with(&needle[1..]) {
+        after_delimiter(body, needle.len() - 1)
+    } else {
+        After::NotDelimiter
+    };
+    let mut next = match at_start {
+        After::NotDelimiter if delimiters.finder.find(body).is_none() => {
+            return Err(malformed(format!(
+                "The multipart body does not contain its boundary `--{boundary}`."
+            )));
+        }
+        After::NotDelimiter => delimiters.find(body, 0)?.1,
+        After::Truncated => return Err(delimiters.not_closed()),
+        first => first,
+    };
+    let mut form = Form::default();
+    let mut count = 0;
+    loop {
+        let start = match next {
+            After::Part(start) => start,
+            // Anything after the close is the epilogue, ignored. (`Delimiters::find`
+            // answers only `Close` or `Part`.)
+            _ => return Ok(form),
+        };
+        count += 1;
+        if count > MAX_PARTS {
+            return Err(malformed(format!(
+                "The multipart body has more than {MAX_PARTS} parts."
+            )));
+        }
+        let (headers, content_start) = read_headers(body, start, count)?;
+        let (content_end, after) = delimiters.find(body, content_start.saturating_sub(1))?;
+        let range = content_start..content_end.max(content_start);
+        next = after;
+        push_part(&mut form, body, headers, range, count)?;
+    }
 }
 
-/// The body with one text field's value replaced, every other byte as it was.
+/// The body with one text field's value replaced, every other byte as it was. `None`
+/// when there is no such field, or when `value` has a line break (it could then end
+/// the part early and change the form's meaning).
 pub fn replace_field(body: &[u8], form: &Form, name: &str, value: &str) -> Option<Vec<u8>> {
-    todo!()
+    let field = form.fields.iter().find(|f| f.name == name)?;
+    if value.contains(['\r', '\n']) {
+        return None;
+    }
+    let before = body.get(..field.range.start)?;
+    let after = body.get(field.range.end..)?;
+    let mut out = Vec::with_capacity(before.len() + value.len() + after.len());
+    out.extend_from_slice(before);
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(after);
+    Some(out)
+}
+
+fn malformed(message: impl Into<String>) -> Invalid {
+    Invalid {
+        param: None,
+        message: message.into(),
+    }
+}
+
+/// What follows a `--boundary` candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum After {
+    /// `--boundary--`: the last part ended.
+    Close,
+    /// A new part whose headers start at this index.
+    Part(usize),
+    /// The body ends right after the candidate.
+    Truncated,
+    /// Other bytes follow: the candidate is content, not a delimiter (as Go's and
+    /// Python's readers treat it).
+    NotDelimiter,
+}
+
+/// `at` is the index just past `--boundary`.
+fn after_delimiter(body: &[u8], at: usize) -> After {
+    let Some(rest) = body.get(at..) else {
+        return After::NotDelimiter;
+    };
+    if rest.starts_with(b"--") {
+        return After::Close;
+    }
+    // RFC 2046 transport padding: spaces and tabs before the line break.
+    let padding = rest
+        .iter()
+        .position(|b| *b != b' ' && *b != b'\t')
+        .unwrap_or(rest.len());
+    match &rest[padding..] {
+        [] | [b'\r'] => After::Truncated,
+        [b'\n', ..] => After::Part(at + padding + 1),
+        [b'\r', b'\n', ..] => After::Part(at + padding + 2),
+        _ => After::NotDelimiter,
+    }
+}
+
+struct Delimiters<'a> {
+    /// Searches `\n--boundary`: the CR of CRLF is checked apart so bare LF works too.
+    finder: memmem::Finder<'a>,
+    boundary: &'a str,
+}
+
+impl Delimiters<'_> {
+    fn not_closed(&self) -> Invalid {
+        malformed(format!(
+            "The multipart body ends without its closing boundary `--{}--`.",
+            self.boundary
+        ))
+    }
+
+    /// The next delimiter at or after `from` (the LF that ends the previous line):
+    /// where the content before it ends, and what follows it.
+    fn find(&self, body: &[u8], from: usize) -> Result<(usize, After), Invalid> {
+        let mut at = from;
+        loop {
+            let lf = at
+                + self
+                    .finder
+                    .find(&body[at..])
+                    .ok_or_else(|| self.not_closed())?;
+            match after_delimiter(body, lf + self.finder.needle().len()) {
+                After::NotDelimiter => at = lf + 1,
+                After::Truncated => return Err(self.not_closed()),
+                after => {
+                    let crlf = lf > from && body[lf - 1] == b'\r';
+                    return Ok((if crlf { lf - 1 } else { lf }, after));
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Headers {
+    disposition: Option<String>,
+    content_type: Option<String>,
+}
+
+/// Which header a folded continuation line belongs to.
+#[derive(Clone, Copy)]
+enum Last {
+    None,
+    Disposition,
+    ContentType,
+    Other,
+}
+
+/// Reads a part's header lines up to the blank line; returns them and where the
+/// content starts.
+fn read_headers(body: &[u8], start: usize, part: usize) -> Result<(Headers, usize), Invalid> {
+    let limit = body.len().min(start + MAX_HEADER_BYTES);
+    let mut headers = Headers::default();
+    let mut last = Last::None;
+    let mut at = start;
+    loop {
+        let Some(lf) = memchr::memchr(b'\n', &body[at..limit]) else {
+            return Err(malformed(if limit < body.len() {
+                format!("The headers of part {part} are longer than 16 KiB.")
+            } else {
+                format!("The multipart body ends inside the headers of part {part}.")
+            }));
+        };
+        let line = &body[at..at + lf];
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        at += lf + 1;
+        if line.is_empty() {
+            return Ok((headers, at));
+        }
+        let text = String::from_utf8_lossy(line);
+        if line[0] == b' ' || line[0] == b'\t' {
+            // Obsolete line folding: the line continues the previous header.
+            let target = match last {
+                Last::Disposition => headers.disposition.as_mut(),
+                Last::ContentType => headers.content_type.as_mut(),
+                Last::Other => continue,
+                Last::None => None,
+            };
+            let target = target.ok_or_else(|| {
+                malformed(format!(
+                    "Part {part} starts its headers with a folded line."
+                ))
+            })?;
+            target.push(' ');
+            target.push_str(text.trim());
+            continue;
+        }
+        let (name, value) = text.split_once(':').ok_or_else(|| {
+            malformed(format!(
+                "Part {part} has a header line without a colon: `{}`.",
+                text.chars().take(80).collect::<String>()
+            ))
+        })?;
+        let name = name.trim();
+        let value = value.trim().to_string();
+        let (slot, which) = if name.eq_ignore_ascii_case("content-disposition") {
+            (&mut headers.disposition, Last::Disposition)
+        } else if name.eq_ignore_ascii_case("content-type") {
+            (&mut headers.content_type, Last::ContentType)
+        } else {
+            last = Last::Other;
+            continue;
+        };
+        if slot.is_some() {
+            return Err(malformed(format!("Part {part} repeats its {name} header.")));
+        }
+        *slot = Some(value);
+        last = which;
+    }
+}
+
+fn push_part(
+    form: &mut Form,
+    body: &[u8],
+    headers: Headers,
+    range: Range<usize>,
+    part: usize,
+) -> Result<(), Invalid> {
+    let disposition = headers
+        .disposition
+        .ok_or_else(|| malformed(format!("Part {part} has no Content-Disposition header.")))?;
+    let (kind, params) = disposition.split_once(';').unwrap_or((&disposition, ""));
+    if !kind.trim().eq_ignore_ascii_case("form-data") {
+        return Err(malformed(format!(
+            "Part {part} has Content-Disposition `{}`; expected `form-data`.",
+            kind.trim()
+        )));
+    }
+    let params = parameters(params).map_err(|why| {
+        malformed(format!(
+            "The Content-Disposition header of part {part} is malformed: {why}."
+        ))
+    })?;
+    let param = |wanted: &str| {
+        params
+            .iter()
+            .find(|(name, _)| name == wanted)
+            .map(|(_, value)| value.clone())
+    };
+    let name = param("name").ok_or_else(|| {
+        malformed(format!(
+            "The Content-Disposition header of part {part} has no `name`."
+        ))
+    })?;
+    // RFC 6266: `filename*` (percent-encoded UTF-8) is preferred over `filename`.
+    let filename = param("filename*")
+        .and_then(|v| extended_value(&v))
+        .or_else(|| param("filename"));
+    // RFC 7578 4.4: a part's type defaults to text/plain; one declared as anything
+    // else is data even without a filename (`curl -F 'file=<a.mp3;type=audio/mpeg'`).
+    let binary_type = headers.content_type.as_deref().is_some_and(|t| {
+        !t.trim_start()
+            .get(..5)
+            .is_some_and(|p| p.eq_ignore_ascii_case("text/"))
+    });
+    if filename.is_some() || binary_type {
+        form.files.push(FilePart {
+            name,
+            filename,
+            content_type: headers.content_type,
+            range,
+        });
+        return Ok(());
+    }
+    let bytes = &body[range.clone()];
+    if bytes.len() > MAX_FIELD_BYTES {
+        return Err(Invalid {
+            message: format!("The form field `{name}` is longer than 64 KiB."),
+            param: Some(name),
+        });
+    }
+    let Ok(value) = std::str::from_utf8(bytes) else {
+        return Err(Invalid {
+            message: format!("The form field `{name}` is not valid UTF-8."),
+            param: Some(name),
+        });
+    };
+    form.fields.push(Field {
+        name,
+        value: value.to_string(),
+        range,
+    });
+    Ok(())
+}
+
+/// `; name=value` parameters (RFC 9110 5.6.6): names lowercased, values unquoted with
+/// backslash escapes. Parameters without `=` are skipped.
+fn parameters(mut rest: &str) -> Result<Vec<(String, String)>, &'static str> {
+    let mut out = Vec::new();
+    loop {
+        rest = rest.trim_start_matches([';', ' ', '\t']);
+        if rest.is_empty() {
+            return Ok(out);
+        }
+        let end = rest.find([';', '=']).unwrap_or(rest.len());
+        if rest.as_bytes().get(end) != Some(&b'=') {
+            rest = &rest[end..];
+            continue;
+        }
+        let name = rest[..end].trim().to_ascii_lowercase();
+        rest = rest[end + 1..].trim_start();
+        let value = if let Some(quoted) = rest.strip_prefix('"') {
+            let (value, after) = quoted_string(quoted)?;
+            rest = after.trim_start();
+            if !(rest.is_empty() || rest.starts_with(';')) {
+                return Err("text follows a quoted value");
+            }
+            value
+        } else {
+            let end = rest.find(';').unwrap_or(rest.len());
+            let value = rest[..end].trim().to_string();
+            rest = &rest[end..];
+            value
+        };
+        out.push((name, value));
+    }
+}
+
+/// The inside of a quoted string (after its opening quote) and the text after it.
+fn quoted_string(s: &str) -> Result<(String, &str), &'static str> {
+    let mut value = String::new();
+    let mut chars = s.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Ok((value, &s[i + 1..])),
+            '\\' => match chars.next() {
+                Some((_, escaped)) => value.push(escaped),
+                None => break,
+            },
+            c => value.push(c),
+        }
+    }
+    Err("a quoted value is not closed")
+}
+
+/// An RFC 8187 extended value (`UTF-8''na%C3%AFve.wav`); `None` for other charsets.
+fn extended_value(value: &str) -> Option<String> {
+    let mut pieces = value.splitn(3, '\'');
+    let charset = pieces.next()?;
+    let _language = pieces.next()?;
+    let encoded = pieces.next()?.as_bytes();
+    if !charset.eq_ignore_ascii_case("utf-8") {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(encoded.len());
+    let mut i = 0;
+    while i < encoded.len() {
+        if encoded[i] == b'%' {
+            let hex = std::str::from_utf8(encoded.get(i + 1..i + 3)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            bytes.push(encoded[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    const HTTPX_BOUNDARY: &str = "3d6b6a416f9b5d1f0e7c2a84b6e1f0c9";
+
+    /// A body laid out as httpx (the openai Python SDK's client) writes it: data fields
+    /// first, then the file with its filename and guessed content type.
+    fn sdk_body(audio: &[u8]) -> Vec<u8> {
+        let b = HTTPX_BOUNDARY;
+        let mut body = Vec::new();
+        for (name, value) in [
+            ("model", "whisper-1"),
+            ("response_format", "verbose_json"),
+            ("timestamp_granularities[]", "word"),
+            ("timestamp_granularities[]", "segment"),
+        ] {
+            body.extend_from_slice(
+                format!(
+                    "--{b}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+                )
+                .as_bytes(),
+            );
+        }
+        body.extend_from_slice(
+            format!(
+                "--{b}\r\nContent-Disposition: form-data; name=\"file\"; \
+                 filename=\"speech.mp3\"\r\nContent-Type: audio/mpeg\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(audio);
+        body.extend_from_slice(format!("\r\n--{b}--\r\n").as_bytes());
+        body
+    }
+
+    /// MP3-looking bytes with line breaks, dashes and a near-boundary in them.
+    fn audio_bytes() -> Vec<u8> {
+        let mut audio = vec![0xFF, 0xFB, 0x90, 0x44, 0x00, b'\r', b'\n', b'-', b'-'];
+        audio.extend_from_slice(format!("\r\n--{HTTPX_BOUNDARY}x not the end").as_bytes());
+        audio.extend_from_slice(&[0x00, 0xC3, 0x28, b'\r']);
+        audio
+    }
+
+    fn form(body: &[u8], boundary: &str) -> Form {
+        match parse(body, boundary) {
+            Ok(form) => form,
+            Err(e) => panic!("parse failed: {e:?}"),
+        }
+    }
+
+    fn error(body: &[u8], boundary: &str) -> Invalid {
+        match parse(body, boundary) {
+            Ok(form) => panic!("parsed a malformed body: {form:?}"),
+            Err(e) => e,
+        }
+    }
+
+    fn crlf(text: &str) -> Vec<u8> {
+        text.replace('\n', "\r\n").into_bytes()
+    }
+
+    #[test]
+    fn boundary_of_content_types() {
+        let b = |ct| boundary(ct);
+        assert_eq!(
+            b("multipart/form-data; boundary=abc123").as_deref(),
+            Some("abc123")
+        );
+        assert_eq!(
+            b("multipart/form-data; boundary=\"a b:c\"").as_deref(),
+            Some("a b:c")
+        );
+        assert_eq!(
+            b("Multipart/Form-Data;BOUNDARY=xyz").as_deref(),
+            Some("xyz")
+        );
+        assert_eq!(
+            b("multipart/form-data; charset=utf-8; Boundary=\"q\\\"x\"").as_deref(),
+            Some("q\"x")
+        );
+        assert_eq!(
+            b(" multipart/form-data ; boundary=z ; x=y").as_deref(),
+            Some("z")
+        );
+        assert_eq!(b("multipart/form-data"), None);
+        assert_eq!(b("multipart/form-data; boundary="), None);
+        assert_eq!(b("multipart/form-data; boundary=\"\""), None);
+        assert_eq!(b("multipart/form-data; boundary=\"open"), None);
+        assert_eq!(b("multipart/mixed; boundary=abc"), None);
+        assert_eq!(b("application/json"), None);
+        assert_eq!(b("application/x-www-form-urlencoded; boundary=abc"), None);
+    }
+
+    #[test]
+    fn rfc_7578_and_html_examples() {
+        // RFC 7578 4.6 (field with a charset), and the RFC 2388 / HTML 4 upload example.
+        let body = crlf(
+            "--AaB03x\n\
+             content-disposition: form-data; name=\"field1\"\n\
+             content-type: text/plain;charset=UTF-8\n\
+             content-transfer-encoding: quoted-printable\n\
+             \n\
+             Joe owes =E2=82=AC100.\n\
+             --AaB03x\n\
+             Content-Disposition: form-data; name=\"submit-name\"\n\
+             \n\
+             Larry\n\
+             --AaB03x\n\
+             Content-Disposition: form-data; name=\"files\"; filename=\"file1.txt\"\n\
+             Content-Type: text/plain\n\
+             \n\
+             ... contents of file1.txt ...\n\
+             --AaB03x--\n",
+        );
+        let f = form(&body, "AaB03x");
+        assert_eq!(f.field("field1"), Some("Joe owes =E2=82=AC100."));
+        assert_eq!(f.field("submit-name"), Some("Larry"));
+        let file = f
+            .file("files")
+            .cloned()
+            .unwrap_or_else(|| panic!("no file"));
+        assert_eq!(file.filename.as_deref(), Some("file1.txt"));
+        assert_eq!(file.content_type.as_deref(), Some("text/plain"));
+        assert_eq!(&body[file.range], b"... contents of file1.txt ...");
+        let larry = &f.fields[1];
+        assert_eq!(&body[larry.range.clone()], b"Larry");
+    }
+
+    #[test]
+    fn sdk_body_with_binary_file() {
+        let audio = audio_bytes();
+        let body = sdk_body(&audio);
+        let f = form(&body, HTTPX_BOUNDARY);
+        assert_eq!(f.field("model"), Some("whisper-1"));
+        assert_eq!(f.field("response_format"), Some("verbose_json"));
+        let granularities: Vec<_> = f.field_values("timestamp_granularities[]").collect();
+        assert_eq!(granularities, ["word", "segment"]);
+        assert_eq!(f.files.len(), 1);
+        let file = &f.files[0];
+        assert_eq!(file.name, "file");
+        assert_eq!(file.filename.as_deref(), Some("speech.mp3"));
+        assert_eq!(file.content_type.as_deref(), Some("audio/mpeg"));
+        assert_eq!(&body[file.range.clone()], &audio[..]);
+        assert_eq!(f.file("model"), None);
+        assert_eq!(f.field("file"), None);
+    }
+
+    #[test]
+    fn lf_only_preamble_padding_and_epilogue() {
+        let body = b"This is the preamble.\n--xyz  \t\n\
+            Content-Disposition: form-data; name=\"model\"\n\n\
+            whisper-1\n--xyz\n\
+            content-disposition: form-data; name=\"file\"; filename=\"a.wav\"\n\n\
+            RIFF\r\n--xyz--\nepilogue --xyz\n";
+        let f = form(body, "xyz");
+        assert_eq!(f.field("model"), Some("whisper-1"));
+        let file = f.file("file").cloned().unwrap_or_else(|| panic!("no file"));
+        // The CR before the LF belongs to the delimiter, not to the file.
+        assert_eq!(&body[file.range], b"RIFF");
+    }
+
+    #[test]
+    fn empty_parts_and_empty_form() {
+        let body = crlf(
+            "--b\nContent-Disposition: form-data; name=\"a\"\n\n\n\
+             --b\nContent-Disposition: form-data; name=\"c\"\n\n--b\n\
+             Content-Disposition: form-data; name=\"d\"; filename=\"\"\n\n\n--b--",
+        );
+        let f = form(&body, "b");
+        assert_eq!(f.field("a"), Some(""));
+        assert_eq!(f.field("c"), Some(""));
+        let d = f.file("d").cloned().unwrap_or_else(|| panic!("no file"));
+        assert_eq!(d.filename.as_deref(), Some(""));
+        assert!(d.range.is_empty());
+        assert_eq!(form(b"--b--\r\n", "b"), Form::default());
+    }
+
+    #[test]
+    fn quoted_names_escapes_and_extended_filenames() {
+        let body = crlf(
+            "--b\nContent-Disposition: form-data; name=\"a\\\"b\"; filename=\"C:\\\\x;y.wav\"\n\n1\n\
+             --b\nContent-Disposition: form-data; name=file; filename=\"plain.mp3\"; \
+             filename*=UTF-8''na%C3%AFve.mp3\n\n2\n\
+             --b\nContent-Disposition: form-data; name=\"f2\"; filename*=ISO-8859-1''x%E9; \
+             filename=\"fallback.ogg\"\n\n3\n--b--\n",
+        );
+        let f = form(&body, "b");
+        assert_eq!(f.files[0].name, "a\"b");
+        assert_eq!(f.files[0].filename.as_deref(), Some("C:\\x;y.wav"));
+        assert_eq!(f.files[1].filename.as_deref(), Some("naïve.mp3"));
+        assert_eq!(f.files[2].filename.as_deref(), Some("fallback.ogg"));
+    }
+
+    #[test]
+    fn header_names_case_folding_and_unknown_headers() {
+        let body = crlf(
+            "--b\nCONTENT-DISPOSITION: Form-Data;\n name=\"model\"\nX-Other: 1\n\tfolded\n\n\
+             gpt-4o-transcribe\n--b--\n",
+        );
+        assert_eq!(form(&body, "b").field("model"), Some("gpt-4o-transcribe"));
+    }
+
+    #[test]
+    fn typed_part_without_filename_is_a_file() {
+        let body = crlf(
+            "--b\nContent-Disposition: form-data; name=\"file\"\nContent-Type: audio/wav\n\n\
+             \u{0}\u{1}\n--b\nContent-Disposition: form-data; name=\"prompt\"\n\
+             Content-Type: text/plain; charset=utf-8\n\nhello\n--b--\n",
+        );
+        let f = form(&body, "b");
+        assert_eq!(f.file("file").map(|p| p.range.len()), Some(2));
+        assert_eq!(f.field("prompt"), Some("hello"));
+    }
+
+    #[test]
+    fn first_field_and_file_win() {
+        let body = crlf(
+            "--b\nContent-Disposition: form-data; name=\"m\"\n\none\n\
+             --b\nContent-Disposition: form-data; name=\"m\"\n\ntwo\n\
+             --b\nContent-Disposition: form-data; name=\"f\"; filename=\"1\"\n\nx\n\
+             --b\nContent-Disposition: form-data; name=\"f\"; filename=\"2\"\n\ny\n--b--\n",
+        );
+        let f = form(&body, "b");
+        assert_eq!(f.field("m"), Some("one"));
+        assert_eq!(f.file("f").and_then(|p| p.filename.as_deref()), Some("1"));
+    }
+
+    #[test]
+    fn malformed_bodies() {
+        let disposition =
+            |rest: &str| crlf(&format!("--b\nContent-Disposition: {rest}\n\nv\n--b--\n"));
+        let cases: Vec<(Vec<u8>, &str, &str)> = vec![
+            (crlf("--b\nContent-Disposition: form-data; name=\"a\"\n\nv\n"), "b", "closing boundary"),
+            (crlf("--b\nContent-Disposition: form-data; name=\"a\"\n\nv\n--b"), "b", "closing boundary"),
+            (crlf("--b\nContent-Disposition: form-data; name=\"a\"\n\nv\n--bb--"), "b", "closing boundary"),
+            (crlf("--b\nContent-Disposition: form-data; name=\"a\"\n"), "b", "inside the headers"),
+            (crlf("--b\nContent-Disposition: form-data; name=\"a\"\n\nv\n--b--\n"), "c", "does not contain"),
+            (Vec::new(), "b", "does not contain"),
+            (crlf("--b\nContent-Type: text/plain\n\nv\n--b--\n"), "b", "no Content-Disposition"),
+            (disposition("attachment; name=\"a\""), "b", "expected `form-data`"),
+            (disposition("form-data; filename=\"a.mp3\""), "b", "no `name`"),
+            (disposition("form-data; name=\"a"), "b", "not closed"),
+            (disposition("form-data; name=\"a\"x"), "b", "text follows"),
+            (crlf("--b\nContent-Disposition form-data\n\nv\n--b--\n"), "b", "without a colon"),
+            (crlf("--b\n folded first\n\nv\n--b--\n"), "b", "folded"),
+            (
+                crlf("--b\nContent-Disposition: form-data; name=a\ncontent-disposition: form-data; name=b\n\nv\n--b--\n"),
+                "b",
+                "repeats",
+            ),
+            (crlf("--b--\n"), "", "boundary is empty"),
+            (crlf("--a\nb--\n"), "a\nb", "line break"),
+        ];
+        for (body, boundary, expected) in cases {
+            let e = error(&body, boundary);
+            assert_eq!(e.param, None, "{expected}");
+            assert!(
+                e.message.contains(expected),
+                "{:?} lacks {expected:?}",
+                e.message
+            );
+        }
+    }
+
+    #[test]
+    fn header_block_limit() {
+        let header = |len: usize| {
+            let mut body = crlf("--b\nContent-Disposition: form-data; name=\"a\"\nX-Pad: ");
+            body.resize(body.len() + len, b'p');
+            body.extend_from_slice(&crlf("\n\nv\n--b--\n"));
+            body
+        };
+        // 16 KiB of headers (blank line included) is the most a part may carry.
+        let fixed = "Content-Disposition: form-data; name=\"a\"\r\nX-Pad: \r\n\r\n".len();
+        let fits = header(MAX_HEADER_BYTES - fixed);
+        assert_eq!(form(&fits, "b").field("a"), Some("v"));
+        let e = error(&header(MAX_HEADER_BYTES - fixed + 1), "b");
+        assert!(e.message.contains("longer than 16 KiB"), "{}", e.message);
+    }
+
+    #[test]
+    fn part_count_limit() {
+        let body = |parts: usize| {
+            let mut body = Vec::new();
+            for i in 0..parts {
+                body.extend_from_slice(&crlf(&format!(
+                    "--b\nContent-Disposition: form-data; name=\"f{i}\"\n\n{i}\n"
+                )));
+            }
+            body.extend_from_slice(b"--b--\r\n");
+            body
+        };
+        assert_eq!(form(&body(MAX_PARTS), "b").fields.len(), MAX_PARTS);
+        let e = error(&body(MAX_PARTS + 1), "b");
+        assert!(e.message.contains("more than 256 parts"), "{}", e.message);
+    }
+
+    #[test]
+    fn text_field_limits_name_the_field() {
+        let field = |value: &[u8]| {
+            let mut body = crlf("--b\nContent-Disposition: form-data; name=\"prompt\"\n\n");
+            body.extend_from_slice(value);
+            body.extend_from_slice(b"\r\n--b--\r\n");
+            body
+        };
+        let max = "é".repeat(MAX_FIELD_BYTES / 2);
+        assert_eq!(
+            form(&field(max.as_bytes()), "b").field("prompt"),
+            Some(&max[..])
+        );
+        let e = error(&field(&vec![b'a'; MAX_FIELD_BYTES + 1]), "b");
+        assert_eq!(e.param.as_deref(), Some("prompt"));
+        assert!(e.message.contains("64 KiB"), "{}", e.message);
+        let e = error(&field(&[b'a', 0xC3, 0x28]), "b");
+        assert_eq!(e.param.as_deref(), Some("prompt"));
+        assert!(e.message.contains("UTF-8"), "{}", e.message);
+        // Files are bytes: neither limit applies to them.
+        let mut body =
+            crlf("--b\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\n\n");
+        body.extend_from_slice(&vec![0xFF; MAX_FIELD_BYTES * 2]);
+        body.extend_from_slice(b"\r\n--b--\r\n");
+        assert_eq!(form(&body, "b").files[0].range.len(), MAX_FIELD_BYTES * 2);
+    }
+
+    #[test]
+    fn twenty_mib_file_parses_fast() {
+        let mut audio = vec![0u8; 20 * 1024 * 1024];
+        // Line breaks and dashes all through the file, as real compressed audio has.
+        for (i, byte) in audio.iter_mut().enumerate() {
+            *byte = match i % 4099 {
+                0 => b'\r',
+                1 => b'\n',
+                2 | 3 => b'-',
+                n => (n * 31 % 251) as u8,
+            };
+        }
+        let body = sdk_body(&audio);
+        let started = Instant::now();
+        let f = form(&body, HTTPX_BOUNDARY);
+        let took = started.elapsed();
+        assert!(took < Duration::from_millis(500), "took {took:?}");
+        let file = f.file("file").cloned().unwrap_or_else(|| panic!("no file"));
+        let head = body.len() - audio.len() - HTTPX_BOUNDARY.len() - 8;
+        assert_eq!(file.range, head..head + audio.len());
+        assert!(body[file.range] == audio[..]);
+    }
+
+    #[test]
+    fn replace_field_keeps_every_other_byte() {
+        let audio = audio_bytes();
+        let body = sdk_body(&audio);
+        let f = form(&body, HTTPX_BOUNDARY);
+        let replaced = replace_field(&body, &f, "model", "whisper-large-v3")
+            .unwrap_or_else(|| panic!("no model field"));
+        let at = f.fields[0].range.start;
+        assert_eq!(&replaced[..at], &body[..at]);
+        assert_eq!(&replaced[at..at + 16], b"whisper-large-v3");
+        assert_eq!(&replaced[at + 16..], &body[f.fields[0].range.end..]);
+        let again = form(&replaced, HTTPX_BOUNDARY);
+        assert_eq!(again.field("model"), Some("whisper-large-v3"));
+        assert_eq!(again.field("response_format"), Some("verbose_json"));
+        let file = again
+            .file("file")
+            .cloned()
+            .unwrap_or_else(|| panic!("no file"));
+        assert_eq!(&replaced[file.range], &audio[..]);
+
+        // Only the first of repeated fields changes.
+        let replaced = replace_field(&body, &f, "timestamp_granularities[]", "segment")
+            .unwrap_or_else(|| panic!("no field"));
+        let values: Vec<_> = form(&replaced, HTTPX_BOUNDARY)
+            .field_values("timestamp_granularities[]")
+            .map(str::to_string)
+            .collect();
+        assert_eq!(values, ["segment", "segment"]);
+
+        assert_eq!(replace_field(&body, &f, "language", "en"), None);
+        assert_eq!(replace_field(&body, &f, "file", "x"), None);
+        assert_eq!(replace_field(&body, &f, "model", "a\r\n--x"), None);
+        assert_eq!(replace_field(&body[..10], &f, "model", "m"), None);
+    }
 }
