@@ -48,6 +48,8 @@ struct Plan {
     body: Bytes,
     /// The parsed JSON body (`None` for multipart uploads).
     json: Option<Value>,
+    /// The body must be re-serialized with `model` set, whatever the channel's mapping.
+    rewrite: bool,
     form: Option<Form>,
     content_type: String,
     charge: Charge,
@@ -85,6 +87,7 @@ fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<P
             model: job.model,
             body: raw,
             json: None,
+            rewrite: false,
             form: Some(form),
             content_type: content_type.to_string(),
             charge: Charge::Audio {
@@ -94,6 +97,7 @@ fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<P
         });
     }
     let mut json = parse_json(&raw)?;
+    let named_model = json.get("model").is_some();
     let (model, charge) = match media {
         Media::ImageGeneration => {
             let job =
@@ -122,6 +126,8 @@ fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<P
         model,
         body: raw,
         json: Some(json),
+        // A defaulted model (images, moderation) is written into the body sent upstream.
+        rewrite: !named_model || matches!(media, Media::Embeddings(Some(_))),
         form: None,
         content_type: "application/json".into(),
         charge,
@@ -200,8 +206,7 @@ fn actual(price: &Price, plan: &Plan, answer: &[u8], worst: Micros) -> (Micros, 
 
 /// The body for one channel: the model renamed when the channel maps it, and written
 /// into the body when it came in the path.
-fn body_for(plan: &Plan, media: &Media, upstream_model: &str) -> Bytes {
-    let in_path = matches!(media, Media::Embeddings(Some(_)));
+fn body_for(plan: &Plan, upstream_model: &str) -> Bytes {
     if let Some(form) = &plan.form {
         if upstream_model == plan.model {
             return plan.body.clone();
@@ -209,8 +214,7 @@ fn body_for(plan: &Plan, media: &Media, upstream_model: &str) -> Bytes {
         return multipart::replace_field(&plan.body, form, "model", upstream_model)
             .map_or_else(|| plan.body.clone(), Bytes::from);
     }
-    let defaulted = plan.json.as_ref().is_some_and(|j| j.get("model").is_none());
-    if upstream_model == plan.model && !in_path && !defaulted {
+    if upstream_model == plan.model && !plan.rewrite {
         return plan.body.clone();
     }
     let mut v = plan.json.clone().unwrap_or(Value::Null);
@@ -308,7 +312,7 @@ async fn exchange(
     for channel in candidates {
         let out = Outgoing {
             path: media.upstream_path(),
-            body: body_for(plan, media, channel.upstream_model(&plan.model)),
+            body: body_for(plan, channel.upstream_model(&plan.model)),
             content_type: &plan.content_type,
             stream: false,
             client_headers: &client_headers,

@@ -21,15 +21,17 @@ pub fn channel(base: &str) -> String {
 }
 
 /// The media models' prices, as entries of `prices:`.
-pub const PRICES: &str = "  dall-e-2: { per_image: { \"256x256\": 0.016, \"512x512\": 0.018, \"1024x1024\": 0.02 } }\n\
-  dall-e-3: { per_image: { \"1024x1024\": 0.04, \"1024x1024/hd\": 0.08, \"1792x1024\": 0.08, \"1024x1792\": 0.08 } }\n\
-  gpt-image-1: { input: 5, output: 40, per_image: { \"*\": 0.25 } }\n\
-  qwen-image-edit: { per_image: { \"*\": 0.03 } }\n\
-  tts-1: { per_million_chars: 15 }\n\
-  whisper-1: { per_minute: 0.006 }\n\
-  text-embedding-3-small: { input: 100 }\n\
-  rerank-v1: { input: 2 }\n\
-  omni-moderation-latest: { input: 1 }\n";
+pub const PRICES: &str = concat!(
+    "  dall-e-2: { per_image: { \"256x256\": 0.016, \"512x512\": 0.018, \"1024x1024\": 0.02 } }\n",
+    "  dall-e-3: { per_image: { \"1024x1024\": 0.04, \"1024x1024/hd\": 0.08, \"1792x1024\": 0.08, \"1024x1792\": 0.08 } }\n",
+    "  gpt-image-1: { input: 5, output: 40, per_image: { \"*\": 0.25 } }\n",
+    "  qwen-image-edit: { per_image: { \"*\": 0.03 } }\n",
+    "  tts-1: { per_million_chars: 15 }\n",
+    "  whisper-1: { per_minute: 0.006 }\n",
+    "  text-embedding-3-small: { input: 100 }\n",
+    "  rerank-v1: { input: 2 }\n",
+    "  omni-moderation-latest: { input: 1 }\n",
+);
 
 pub fn config(base: &str) -> String {
     format!("{FAMILIES}channels:\n{}prices:\n{PRICES}", channel(base))
@@ -283,7 +285,8 @@ async fn a_20_mib_upload_is_forwarded_byte_exact_and_billed_by_the_minute() {
     assert_eq!(gw.used_micros(&id).await, 9_000);
 
     // srt: the last cue ends at 1:30; translations take the same form.
-    let small = vec![7u8; 32_000];
+    // Room for 100 seconds at the lowest speech bitrate: the 90 the answer reports fit.
+    let small = vec![7u8; 100_000];
     let (s, text) = upload(
         &gw,
         &key,
