@@ -170,7 +170,8 @@ impl Reasoning {
 impl Effort {
     pub fn parse(s: &str) -> Option<Effort> {
         match s {
-            "minimal" | "none" => Some(Effort::Minimal),
+            // "none" is not an effort but reasoning off: each adapter maps it to `disabled`.
+            "minimal" => Some(Effort::Minimal),
             "low" => Some(Effort::Low),
             "medium" => Some(Effort::Medium),
             "high" | "xhigh" => Some(Effort::High),
