@@ -15,5 +15,6 @@ mod chat;
 mod local;
 mod protocols;
 mod quota;
+mod realtime;
 mod sdk;
 mod stores;
