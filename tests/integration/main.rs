@@ -18,5 +18,6 @@ mod local;
 mod media;
 mod protocols;
 mod quota;
+mod realtime;
 mod sdk;
 mod stores;

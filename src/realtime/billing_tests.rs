@@ -1,0 +1,334 @@
+use super::*;
+use crate::config::raw::RawPrice;
+use crate::realtime::frames::Sniff;
+use crate::store::embedded::EmbeddedStore;
+use crate::store::{KeyPatch, KeyRecord, KeyStatus};
+use std::time::Duration;
+
+/// A realtime-like price: 4 / 16 / 0.4 USD per 1M tokens, 4096 output tokens per block.
+fn rt_price() -> Price {
+    Price::from_raw(&RawPrice {
+        input: 4.0,
+        output: 16.0,
+        cached_input: Some(0.4),
+        cache_write: None,
+        max_output_tokens: Some(4096),
+    })
+    .unwrap()
+}
+
+/// 4096 input tokens at 4 plus 4096 output tokens at 16 micro-USD.
+const BLOCK: Micros = 4096 * 4 + 4096 * 16;
+/// 4096 input tokens at 4 plus 16 output tokens at 16 micro-USD.
+const FLOOR: Micros = 4096 * 4 + 16 * 16;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    store: Arc<dyn Store>,
+    key: String,
+}
+
+async fn fixture(quota: Option<Micros>) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    let rec = KeyRecord {
+        id: "key1".into(),
+        hash: "00".repeat(32),
+        display: "sk-abc…wxyz".into(),
+        name: "t".into(),
+        status: KeyStatus::Enabled,
+        created_at: ids::now_secs(),
+        expires_at: None,
+        models: Vec::new(),
+        allow_ips: Vec::new(),
+        rpm: None,
+        quota_limit: quota,
+        quota_used: 0,
+    };
+    store.create_key(&rec).await.unwrap();
+    Fixture {
+        _dir: dir,
+        store,
+        key: "key1".into(),
+    }
+}
+
+impl Fixture {
+    async fn meter(&self) -> Meter {
+        let (min, max) = first_block(&rt_price());
+        let first = self
+            .store
+            .reserve(&self.key, "req1", min, max, ids::now_secs(), 3600)
+            .await
+            .unwrap()
+            .unwrap();
+        Meter::new(
+            rt_price(),
+            first,
+            Account {
+                store: self.store.clone(),
+                key_id: self.key.clone(),
+                request_id: "req1".into(),
+                ttl_secs: 3600,
+            },
+        )
+    }
+
+    async fn used(&self) -> Micros {
+        self.store
+            .get_key(&self.key)
+            .await
+            .unwrap()
+            .unwrap()
+            .quota_used
+    }
+
+    /// True when `amount` more can be reserved: every earlier reservation was released.
+    async fn can_reserve(&self, amount: Micros) -> bool {
+        let r = self
+            .store
+            .reserve(&self.key, "probe", amount, amount, ids::now_secs(), 3600)
+            .await
+            .unwrap();
+        match r {
+            Ok(r) => {
+                self.store.settle(&r, 0).await.unwrap();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+fn usage(input: u64, cached: u64, output: u64) -> Usage {
+    Usage {
+        input_tokens: input,
+        cached_input_tokens: cached,
+        output_tokens: output,
+        ..Usage::default()
+    }
+}
+
+#[test]
+fn first_block_is_the_output_limit_plus_the_input_allowance() {
+    assert_eq!(first_block(&rt_price()), (FLOOR, BLOCK));
+    let tiny = Price {
+        max_output_tokens: 1,
+        ..rt_price()
+    };
+    let (min, max) = first_block(&tiny);
+    assert!(min <= max, "the floor never exceeds the block");
+}
+
+const DONE: &str = r#"{"type":"response.done","event_id":"event_3132","response":{"object":"realtime.response","id":"resp_001","status":"completed","status_details":null,"output":[{"id":"msg_006","object":"realtime.item","type":"message","status":"completed","role":"assistant","content":[{"type":"audio","transcript":"Sure, how can I help?"}]}],"usage":{"total_tokens":1275,"input_tokens":1127,"output_tokens":148,"input_token_details":{"cached_tokens":896,"text_tokens":119,"audio_tokens":1008,"cached_tokens_details":{"text_tokens":128,"audio_tokens":768}},"output_token_details":{"text_tokens":36,"audio_tokens":112}}}}"#;
+
+#[test]
+fn usage_from_a_realistic_response_done() {
+    assert_eq!(
+        response_done_usage(DONE.as_bytes()),
+        Some(usage(1127, 896, 148))
+    );
+    let reordered = r#"{"event_id":"e1","response":{"usage":{"input_tokens":5,"output_tokens":2}},"type":"response.done"}"#;
+    assert_eq!(
+        response_done_usage(reordered.as_bytes()),
+        Some(usage(5, 0, 2))
+    );
+}
+
+#[test]
+fn other_messages_carry_no_usage() {
+    for msg in [
+        r#"{"type":"response.audio.delta","event_id":"e","delta":"UklGRiQAAABXQVZFZm10IBAAAAABAAEA"}"#,
+        r#"{"type":"response.text.delta","delta":"the event is response.done"}"#,
+        r#"{"type":"response.done","response":{"status":"cancelled","usage":null}}"#,
+        r#"{"type":"response.done","response":{"status":"failed"}}"#,
+        r#"{"type":"response.done","response":"#,
+        r#"{"type":"session.created","session":{"id":"sess_1","model":"gpt-realtime"}}"#,
+        "not json",
+    ] {
+        assert_eq!(response_done_usage(msg.as_bytes()), None, "{msg}");
+    }
+}
+
+#[test]
+fn sniff_skips_only_what_cannot_be_response_done() {
+    let s = |m: &str| sniff(m.as_bytes());
+    assert_eq!(
+        s(r#"{"type":"response.audio.delta","delta":"AAAA"#),
+        Sniff::Skip
+    );
+    assert_eq!(s(r#"{"type":"response.done_extra""#), Sniff::Skip);
+    assert_eq!(s(r#"{"type":"response.done","response":{"#), Sniff::Keep);
+    assert_eq!(s(r#"{"type":"resp"#), Sniff::NeedMore);
+    assert_eq!(s(r#"{""#), Sniff::NeedMore);
+    // Not the compact type-first form: kept, the whole message decides.
+    assert_eq!(
+        s(r#"{"event_id":"e1","type":"response.done"}"#),
+        Sniff::Keep
+    );
+    assert_eq!(s(r#"{ "type": "response.audio.delta"}"#), Sniff::Keep);
+    assert_eq!(s(""), Sniff::NeedMore);
+}
+
+#[tokio::test]
+async fn cost_is_priced_on_the_running_total() {
+    let price = Price::from_raw(&RawPrice {
+        input: 0.6,
+        output: 0.6,
+        cached_input: None,
+        cache_write: None,
+        max_output_tokens: Some(10),
+    })
+    .unwrap();
+    let f = fixture(None).await;
+    let (min, max) = first_block(&price);
+    let first = f
+        .store
+        .reserve(&f.key, "r", min, max, ids::now_secs(), 60)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut m = Meter::new(
+        price,
+        first,
+        Account {
+            store: f.store.clone(),
+            key_id: f.key.clone(),
+            request_id: "r".into(),
+            ttl_secs: 60,
+        },
+    );
+    for _ in 0..3 {
+        m.add(&usage(0, 0, 1));
+    }
+    // 3 x 0.6 = 1.8 micro-USD, rounded up once (not 3 x 1).
+    assert_eq!(m.cost(), 2);
+    assert_eq!(m.usage(), usage(0, 0, 3));
+}
+
+#[tokio::test]
+async fn one_extension_per_block_of_spend() {
+    let f = fixture(None).await;
+    let mut m = f.meter().await;
+    assert_eq!(m.reserved(), BLOCK);
+    m.add(&usage(1000, 0, 100)); // 5600: the headroom is now below a block
+    m.extension_answered().await;
+    assert_eq!(m.reserved(), 2 * BLOCK);
+    m.add(&usage(1000, 0, 100));
+    assert!(
+        m.task.is_none(),
+        "a full block is still ahead: no store round trip"
+    );
+    assert_eq!(m.reserved(), 2 * BLOCK);
+    assert_eq!(m.must_close(), None);
+}
+
+#[tokio::test]
+async fn a_large_response_sizes_the_next_extension() {
+    let f = fixture(None).await;
+    let mut m = f.meter().await;
+    // 30k input tokens of context: 120_000 + 1_600, past the first block.
+    m.add(&usage(30_000, 0, 100));
+    let cost = m.cost();
+    assert_eq!(cost, 121_600);
+    m.extension_answered().await;
+    assert_eq!(
+        m.reserved() - cost,
+        2 * cost,
+        "the overrun is covered and twice the largest response is ahead"
+    );
+    assert_eq!(m.must_close(), None);
+    assert_eq!(m.settle().await, cost, "the whole cost is billed");
+    assert_eq!(f.used().await, cost);
+}
+
+#[tokio::test]
+async fn a_refused_extension_closes_the_session_once_spent() {
+    let f = fixture(Some(BLOCK + 10_000)).await; // 10_000 left: below the floor
+    let mut m = f.meter().await;
+    m.add(&usage(1000, 0, 100));
+    m.extension_answered().await;
+    assert_eq!(m.reserved(), BLOCK);
+    assert_eq!(m.must_close(), None, "what is held may still be used");
+    m.add(&usage(4000, 0, 4000)); // 16_000 + 64_000: total 85_600 > BLOCK
+    assert!(m.task.is_none(), "no more asking once refused");
+    assert_eq!(m.must_close(), Some(Refusal::Quota));
+    assert_eq!(Refusal::Quota.close(), (1008, "quota exhausted"));
+    let charged = m.settle().await;
+    assert_eq!(charged, BLOCK, "never more than was reserved");
+    assert_eq!(f.used().await, BLOCK);
+    assert!(f.used().await <= BLOCK + 10_000, "the cap holds");
+}
+
+#[tokio::test]
+async fn a_partial_grant_then_a_refusal() {
+    let f = fixture(Some(BLOCK + 20_000)).await;
+    let mut m = f.meter().await;
+    m.add(&usage(1000, 0, 100));
+    m.extension_answered().await;
+    assert_eq!(
+        m.reserved(),
+        BLOCK + 20_000,
+        "what was left, above the floor"
+    );
+    m.add(&usage(10_000, 0, 1000)); // total 61_600: headroom 40_320 < a block
+    m.extension_answered().await;
+    assert_eq!(m.must_close(), None);
+    m.add(&usage(10_000, 0, 1000)); // total 117_600 > 101_920
+    assert_eq!(m.must_close(), Some(Refusal::Quota));
+    assert_eq!(m.settle().await, BLOCK + 20_000);
+    assert_eq!(f.used().await, BLOCK + 20_000);
+}
+
+#[tokio::test]
+async fn a_key_disabled_mid_session_gets_no_more() {
+    let f = fixture(None).await;
+    let mut m = f.meter().await;
+    let patch = KeyPatch {
+        status: Some(KeyStatus::Disabled),
+        ..KeyPatch::default()
+    };
+    f.store.update_key(&f.key, &patch).await.unwrap();
+    m.add(&usage(1000, 0, 100));
+    m.extension_answered().await;
+    assert_eq!(m.must_close(), None);
+    m.add(&usage(20_000, 0, 100));
+    assert_eq!(m.must_close(), Some(Refusal::KeyInactive));
+    assert_eq!(Refusal::KeyInactive.close().0, 1008);
+}
+
+#[tokio::test]
+async fn settle_splits_the_cost_across_reservations_and_releases_the_rest() {
+    let f = fixture(Some(1_000_000)).await;
+    let mut m = f.meter().await;
+    m.add(&usage(1000, 0, 100));
+    m.extension_answered().await;
+    m.add(&usage(20_000, 0, 0)); // total 85_600: past the first reservation
+    m.extension_answered().await;
+    assert_eq!(m.reserved(), 3 * BLOCK);
+    assert_eq!(m.settle().await, 85_600);
+    assert_eq!(f.used().await, 85_600);
+    assert!(
+        f.can_reserve(1_000_000 - 85_600).await,
+        "no reservation is left holding quota"
+    );
+}
+
+#[tokio::test]
+async fn a_dropped_meter_still_charges_what_was_used() {
+    let f = fixture(Some(1_000_000)).await;
+    let mut m = f.meter().await;
+    m.add(&usage(1127, 896, 148)); // 231 x 4 + 896 x 0.4 + 148 x 16 = 3650.4 -> 3651
+    m.extension_answered().await;
+    assert_eq!(m.cost(), 3651);
+    drop(m);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while f.used().await != 3651 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "charged in the background"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(f.can_reserve(1_000_000 - 3651).await);
+}
