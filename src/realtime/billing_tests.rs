@@ -8,11 +8,14 @@ use std::time::Duration;
 /// A realtime-like price: 4 / 16 / 0.4 USD per 1M tokens, 4096 output tokens per block.
 fn rt_price() -> Price {
     Price::from_raw(&RawPrice {
-        input: 4.0,
-        output: 16.0,
+        input: Some(4.0),
+        output: Some(16.0),
         cached_input: Some(0.4),
         cache_write: None,
         max_output_tokens: Some(4096),
+        per_image: Default::default(),
+        per_million_chars: None,
+        per_minute: None,
     })
     .unwrap()
 }
@@ -173,11 +176,14 @@ fn sniff_skips_only_what_cannot_be_response_done() {
 #[tokio::test]
 async fn cost_is_priced_on_the_running_total() {
     let price = Price::from_raw(&RawPrice {
-        input: 0.6,
-        output: 0.6,
+        input: Some(0.6),
+        output: Some(0.6),
         cached_input: None,
         cache_write: None,
         max_output_tokens: Some(10),
+        per_image: Default::default(),
+        per_million_chars: None,
+        per_minute: None,
     })
     .unwrap();
     let f = fixture(None).await;

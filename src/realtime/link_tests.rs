@@ -58,7 +58,7 @@ impl Fixture {
     /// A context as `begin` leaves it.
     async fn ctx(&self, query: &str) -> Ctx {
         let mut ctx = Ctx::new();
-        let price = self.gw.config.prices["gpt-realtime"];
+        let price = self.gw.config.prices["gpt-realtime"].clone();
         let (min, max) = billing::first_block(&price);
         let first = self
             .gw

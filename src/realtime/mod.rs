@@ -154,10 +154,12 @@ pub async fn begin(
         .into_iter()
         .find(|c| c.protocol == ChannelProtocol::OpenAi)
         .ok_or_else(|| GatewayError::ModelNotFound(model.clone()))?;
-    let price: Price = *gw
+    let price: Price = gw
         .config
         .prices
         .get(&model)
+        .filter(|p| p.per_token())
+        .cloned()
         .ok_or_else(|| GatewayError::ModelNotPriced(model.clone()))?;
     let (min, max) = billing::first_block(&price);
     let ttl_secs = gw.config.limits.reservation_ttl_secs;
