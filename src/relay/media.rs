@@ -6,19 +6,17 @@
 
 use super::body;
 use super::upstream::{Exchange, OpenError, Outgoing};
-use super::ERROR_BODY_LIMIT;
 use crate::billing::{Price, ReservationGuard};
 use crate::channels::ChannelProtocol;
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
-use crate::ids;
 use crate::media::images::{self, ImageJob};
 use crate::media::multipart::{self, Form};
 use crate::media::{audio, text, Media};
 use crate::protocol::{Invalid, Usage};
 use crate::proxy::ctx::{respond, response_header};
 use crate::proxy::Ctx;
-use crate::store::{Micros, ReserveDenied};
+use crate::store::Micros;
 use bytes::Bytes;
 use pingora::proxy::Session;
 use serde_json::Value;
@@ -259,25 +257,7 @@ pub async fn handle(
         .ok_or_else(|| GatewayError::ModelNotPriced(plan.model.clone()))?;
     let worst = worst.max(1);
     // The whole worst case or nothing: unlike a chat answer, these cannot be shortened.
-    let reservation = gw
-        .store
-        .reserve(
-            &key.rec.id,
-            &ctx.request_id,
-            worst,
-            worst,
-            ids::now_secs(),
-            gw.config.limits.reservation_ttl_secs,
-        )
-        .await
-        .map_err(|e| crate::api::store_error(&e))?
-        .map_err(|d| match d {
-            ReserveDenied::NotFound => GatewayError::UnknownKey,
-            ReserveDenied::Disabled => GatewayError::KeyDisabled,
-            ReserveDenied::Expired => GatewayError::KeyExpired,
-            ReserveDenied::QuotaExhausted => GatewayError::QuotaExhausted,
-        })?;
-    let mut guard = ReservationGuard::new(gw.store.clone(), reservation);
+    let mut guard = super::reserve(gw, &key.rec.id, &ctx.request_id, worst, worst).await?;
     let result = exchange(
         gw,
         session,
@@ -326,16 +306,8 @@ async fn exchange(
             }
             Err(OpenError::Sent(e)) => return Err(e),
         };
-        let status = ex.status();
-        if !(200..300).contains(&status) {
-            let body = ex.body(ERROR_BODY_LIMIT).await.unwrap_or_default();
-            tracing::warn!(
-                request_id = %ctx.request_id, channel = %ex.channel.name, status,
-                body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
-                "upstream error"
-            );
-            ex.finish(gw).await;
-            return Err(GatewayError::Upstream(UpstreamFailure::Status(status)));
+        if !(200..300).contains(&ex.status()) {
+            return Err(super::refused(gw, ctx, ex).await);
         }
         let content_type = ex.content_type().to_string();
         if *media == Media::Speech {

@@ -20,7 +20,7 @@ use crate::protocol::{self, Protocol, RequestOptions, ResponseContext, Usage};
 use crate::proxy::ctx::respond;
 use crate::proxy::route::Relay;
 use crate::proxy::Ctx;
-use crate::store::ReserveDenied;
+use crate::store::{Micros, ReserveDenied};
 use bytes::Bytes;
 use pingora::proxy::Session;
 use serde_json::Value;
@@ -87,25 +87,7 @@ pub async fn handle(
         &raw,
         output_limit::requested(route.protocol, &parsed),
     );
-    let reservation = gw
-        .store
-        .reserve(
-            &key.rec.id,
-            &ctx.request_id,
-            estimate.min,
-            estimate.max,
-            ids::now_secs(),
-            gw.config.limits.reservation_ttl_secs,
-        )
-        .await
-        .map_err(|e| crate::api::store_error(&e))?
-        .map_err(|d| match d {
-            ReserveDenied::NotFound => GatewayError::UnknownKey,
-            ReserveDenied::Disabled => GatewayError::KeyDisabled,
-            ReserveDenied::Expired => GatewayError::KeyExpired,
-            ReserveDenied::QuotaExhausted => GatewayError::QuotaExhausted,
-        })?;
-    let mut guard = ReservationGuard::new(gw.store.clone(), reservation);
+    let mut guard = reserve(gw, &key.rec.id, &ctx.request_id, estimate.min, estimate.max).await?;
     if let Some(cap) = estimate.output_cap(price, guard.amount()) {
         output_limit::cap(route.protocol, &mut parsed, cap);
     }
@@ -123,6 +105,50 @@ pub async fn handle(
     let cost = ctx.record.as_ref().map_or(0, |r| r.cost);
     guard.settle(cost).await;
     result
+}
+
+/// Reserves `min..=max` of the key's quota for this request (the store grants what is
+/// left, if at least `min`), or says why not.
+pub(crate) async fn reserve(
+    gw: &Gateway,
+    key_id: &str,
+    request_id: &str,
+    min: Micros,
+    max: Micros,
+) -> Result<ReservationGuard, GatewayError> {
+    let reservation = gw
+        .store
+        .reserve(
+            key_id,
+            request_id,
+            min,
+            max,
+            ids::now_secs(),
+            gw.config.limits.reservation_ttl_secs,
+        )
+        .await
+        .map_err(|e| crate::api::store_error(&e))?
+        .map_err(|d| match d {
+            ReserveDenied::NotFound => GatewayError::UnknownKey,
+            ReserveDenied::Disabled => GatewayError::KeyDisabled,
+            ReserveDenied::Expired => GatewayError::KeyExpired,
+            ReserveDenied::QuotaExhausted => GatewayError::QuotaExhausted,
+        })?;
+    Ok(ReservationGuard::new(gw.store.clone(), reservation))
+}
+
+/// An upstream's non-2xx answer: its text goes to the operator's log, the client gets
+/// the status and a stable message (spec 7.2).
+pub(crate) async fn refused(gw: &Gateway, ctx: &Ctx, mut ex: Exchange) -> GatewayError {
+    let status = ex.status();
+    let body = ex.body(ERROR_BODY_LIMIT).await.unwrap_or_default();
+    tracing::warn!(
+        request_id = %ctx.request_id, channel = %ex.channel.name, status,
+        body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
+        "upstream error"
+    );
+    ex.finish(gw).await;
+    GatewayError::Upstream(UpstreamFailure::Status(status))
 }
 
 /// The messages protocol's version header, under its neutral or its real name.
@@ -207,7 +233,7 @@ async fn exchange(
             client_headers: &client_headers,
         };
         ctx.record_mut().channel = channel.name.clone();
-        let mut ex = match Exchange::open(gw, channel, &out).await {
+        let ex = match Exchange::open(gw, channel, &out).await {
             Ok(ex) => ex,
             Err(OpenError::NotSent(e)) => {
                 failure = e;
@@ -215,16 +241,8 @@ async fn exchange(
             }
             Err(OpenError::Sent(e)) => return Err(e),
         };
-        let status = ex.status();
-        if !(200..300).contains(&status) {
-            let body = ex.body(ERROR_BODY_LIMIT).await.unwrap_or_default();
-            tracing::warn!(
-                request_id = %ctx.request_id, channel = %ex.channel.name, status,
-                body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
-                "upstream error"
-            );
-            ex.finish(gw).await;
-            return Err(GatewayError::Upstream(UpstreamFailure::Status(status)));
+        if !(200..300).contains(&ex.status()) {
+            return Err(refused(gw, ctx, ex).await);
         }
         let sse = !ex.content_type().contains("json");
         return if stream && sse {
