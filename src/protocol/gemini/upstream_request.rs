@@ -45,6 +45,21 @@ pub fn from_ir(req: &ir::Request, opts: &RequestOptions) -> Result<UpstreamReque
     })
 }
 
+/// The value the API documents for function calls that carry no signature of its own
+/// (history written by another model, or a client that dropped it): Gemini 3 refuses a
+/// model turn whose first function call is unsigned, and accepts this one.
+pub const UNSIGNED_CALL: &str = "skip_thought_signature_validator";
+
+/// Marks the first function call of a model turn as unsigned-on-purpose when it has no
+/// signature; the calls that follow it need none.
+fn sign_first_call(parts: &mut [Value]) {
+    if let Some(first) = parts.iter_mut().find(|p| p.get("functionCall").is_some()) {
+        if first.get("thoughtSignature").is_none() {
+            first["thoughtSignature"] = Value::String(UNSIGNED_CALL.into());
+        }
+    }
+}
+
 fn contents(req: &ir::Request) -> Result<Vec<Value>, Invalid> {
     let mut out: Vec<(ir::Role, Vec<Value>)> = Vec::new();
     // Every call seen so far, for results that do not name their function.
@@ -92,7 +107,10 @@ fn contents(req: &ir::Request) -> Result<Vec<Value>, Invalid> {
     }
     Ok(out
         .into_iter()
-        .map(|(role, parts)| {
+        .map(|(role, mut parts)| {
+            if role == ir::Role::Assistant {
+                sign_first_call(&mut parts);
+            }
             let role = match role {
                 ir::Role::User => "user",
                 ir::Role::Assistant => "model",
