@@ -4,14 +4,11 @@
 //! 1. `new_ctx`: request id and clock ([`Ctx::new`]).
 //! 2. `request_filter`: route ([`route::route`]), authenticate ([`crate::auth`]), then
 //!    answer locally ([`crate::api::local`]), relay a body-routed request
-//!    ([`crate::relay`], [`crate::relay::media`]): both end the request here
-//!    ([`Phase::Responded`]); or prepare a WebSocket ([`crate::realtime`]), which
-//!    continues through Pingora's proxy path ([`Phase::Continue`]).
-//! 3. `upstream_peer`, `upstream_request_filter`: the WebSocket's upstream.
-//! 4. `request_body_filter`, `response_body_filter`: the WebSocket's frames, both ways.
-//! 5. `fail_to_proxy`: a Pingora-level failure, rendered in the spec's envelope.
-//! 6. `logging`: settles a WebSocket, appends the usage record of an authenticated
-//!    request.
+//!    ([`crate::relay`], [`crate::relay::media`]) or a WebSocket ([`crate::realtime`]):
+//!    each ends the request here ([`Phase::Responded`]).
+//! 3. `upstream_peer`: never reached (no route continues to Pingora's proxy path).
+//! 4. `fail_to_proxy`: a Pingora-level failure, rendered in the spec's envelope.
+//! 5. `logging`: appends the usage record of an authenticated request.
 
 pub mod ctx;
 pub mod route;
@@ -26,9 +23,7 @@ use crate::realtime;
 use crate::relay;
 use crate::store::UsageRecord;
 use async_trait::async_trait;
-use bytes::Bytes;
 use ctx::respond_error;
-use pingora::http::RequestHeader;
 use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use route::Route;
@@ -65,46 +60,8 @@ impl ProxyHttp for GatewayProxy {
         Ok(handle(&self.gw, session, ctx).await == Phase::Responded)
     }
 
-    async fn upstream_peer(&self, _session: &mut Session, ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
-        if ctx.realtime.is_none() {
-            return Error::e_explain(ErrorType::InternalError, "no passthrough route");
-        }
-        realtime::upstream_peer(&self.gw, ctx).await
-    }
-
-    async fn upstream_request_filter(
-        &self,
-        _session: &mut Session,
-        req: &mut RequestHeader,
-        ctx: &mut Ctx,
-    ) -> Result<()> {
-        realtime::upstream_request(&self.gw, ctx, req)
-    }
-
-    async fn request_body_filter(
-        &self,
-        _session: &mut Session,
-        body: &mut Option<Bytes>,
-        end_of_stream: bool,
-        ctx: &mut Ctx,
-    ) -> Result<()> {
-        if ctx.realtime.is_some() {
-            realtime::from_client(ctx, body, end_of_stream);
-        }
-        Ok(())
-    }
-
-    fn response_body_filter(
-        &self,
-        _session: &mut Session,
-        body: &mut Option<Bytes>,
-        end_of_stream: bool,
-        ctx: &mut Ctx,
-    ) -> Result<Option<std::time::Duration>> {
-        if ctx.realtime.is_some() {
-            realtime::from_upstream(ctx, body, end_of_stream);
-        }
-        Ok(None)
+    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
+        Error::e_explain(ErrorType::InternalError, "no passthrough route")
     }
 
     async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut Ctx) -> FailToProxy {
@@ -129,9 +86,6 @@ impl ProxyHttp for GatewayProxy {
     }
 
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
-        if ctx.realtime.is_some() {
-            realtime::finish(&self.gw, ctx).await;
-        }
         record_usage(&self.gw, session, ctx).await;
     }
 }
@@ -210,8 +164,7 @@ async fn dispatch(
         }
         Route::Realtime => {
             ctx.record_mut().endpoint = path.to_string();
-            realtime::begin(gw, session, ctx, &key, query).await?;
-            Ok(Phase::Continue)
+            responded(realtime::relay(gw, session, ctx, &key, query).await)
         }
         Route::NotFound | Route::MethodNotAllowed | Route::NotImplemented => {
             Err(GatewayError::Internal)

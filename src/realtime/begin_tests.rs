@@ -70,11 +70,21 @@ impl Fixture {
         key: &Arc<AuthKey>,
         query: &str,
         headers: &str,
-    ) -> (Result<(), GatewayError>, Ctx, Session) {
+    ) -> (Result<Link, GatewayError>, Ctx, Session) {
+        self.begin_version(key, query, headers, "HTTP/1.1").await
+    }
+
+    async fn begin_version(
+        &self,
+        key: &Arc<AuthKey>,
+        query: &str,
+        headers: &str,
+        version: &str,
+    ) -> (Result<Link, GatewayError>, Ctx, Session) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (server, _) = l.accept().await.unwrap();
-        let req = format!("GET /v1/realtime?{query} HTTP/1.1\r\nHost: gw\r\n{headers}\r\n");
+        let req = format!("GET /v1/realtime?{query} {version}\r\nHost: gw\r\n{headers}\r\n");
         client.write_all(req.as_bytes()).await.unwrap();
         let mut session = Session::new_h1(Box::new(Stream::from(server)));
         assert!(session.read_request().await.unwrap());
@@ -104,13 +114,14 @@ impl Fixture {
 
 const HANDSHAKE: &str = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
 
-fn param(r: Result<(), GatewayError>) -> Option<String> {
+fn param(r: Result<Link, GatewayError>) -> Option<String> {
     match r {
         Err(GatewayError::BadRequest { param, message }) => {
             assert!(message.ends_with('.'), "{message}");
             param
         }
-        other => panic!("expected a 400, got {other:?}"),
+        Err(other) => panic!("expected a 400, got {other:?}"),
+        Ok(_) => panic!("expected a 400, got a link"),
     }
 }
 
@@ -119,13 +130,16 @@ async fn a_valid_handshake_reserves_a_block_and_leaves_a_link() {
     let f = fixture().await;
     let key = f.key("k1", &[], Some(1_000_000)).await;
     let (r, mut ctx, session) = f.begin(&key, "model=gpt-realtime", HANDSHAKE).await;
-    assert!(r.is_ok(), "{r:?}");
+    let Ok(mut link) = r else {
+        panic!("{:?}", r.err())
+    };
     let rec = ctx.record.as_ref().unwrap();
     assert_eq!(
         (rec.model.as_str(), rec.channel.as_str(), rec.stream),
         ("gpt-realtime", "rt-main", true)
     );
-    assert!(ctx.realtime.is_some());
+    assert_eq!(link.model, "gpt-realtime");
+    assert_eq!(link.channel.name, "rt-main");
     let block = 4096 * 4 + 4096 * 16;
     assert!(f.can_reserve("k1", 1_000_000 - block).await);
     assert!(
@@ -134,8 +148,16 @@ async fn a_valid_handshake_reserves_a_block_and_leaves_a_link() {
     );
     // The client's idle limit is the channel's read timeout, not Pingora's 60 s.
     assert_eq!(session.get_read_timeout(), Some(Duration::from_secs(300)));
-    finish(&f.gw, &mut ctx).await;
+    assert_eq!(session.get_write_timeout(), Some(Duration::from_secs(300)));
+    settle(&mut ctx, &mut link).await;
     assert!(f.can_reserve("k1", 1_000_000).await, "released at the end");
+    let rec = ctx.record.as_ref().unwrap();
+    assert_eq!((rec.cost, rec.stream), (0, true));
+    settle(&mut ctx, &mut link).await;
+    assert!(
+        f.can_reserve("k1", 1_000_000).await,
+        "a second settle is harmless"
+    );
 }
 
 #[tokio::test]
@@ -143,12 +165,20 @@ async fn not_a_websocket_handshake_is_a_400_before_anything_else() {
     let f = fixture().await;
     // The whitelist would refuse this model too: the handshake is checked first.
     let key = f.key("k1", &["claude-rt"], Some(10)).await;
-    let (r, ctx, _) = f.begin(&key, "model=gpt-realtime", "").await;
+    let (r, _, _) = f.begin(&key, "model=gpt-realtime", "").await;
     assert_eq!(param(r).as_deref(), Some("upgrade"));
-    assert!(ctx.realtime.is_none());
     let no_version = HANDSHAKE.replace("Sec-WebSocket-Version: 13\r\n", "");
     let (r, _, _) = f.begin(&key, "model=gpt-realtime", &no_version).await;
     assert_eq!(param(r).as_deref(), Some("sec-websocket-version"));
+    let (r, _, _) = f
+        .begin_version(&key, "model=gpt-realtime", HANDSHAKE, "HTTP/1.0")
+        .await;
+    assert_eq!(
+        param(r).as_deref(),
+        Some("upgrade"),
+        "an upgrade is HTTP/1.1"
+    );
+    assert!(f.can_reserve("k1", 10).await, "nothing was reserved");
 }
 
 #[tokio::test]
@@ -156,9 +186,8 @@ async fn the_model_is_required() {
     let f = fixture().await;
     let key = f.key("k1", &[], None).await;
     for q in ["", "model=", "voice=alloy"] {
-        let (r, ctx, _) = f.begin(&key, q, HANDSHAKE).await;
+        let (r, _, _) = f.begin(&key, q, HANDSHAKE).await;
         assert_eq!(param(r).as_deref(), Some("model"), "{q}");
-        assert!(ctx.realtime.is_none());
     }
 }
 
@@ -175,9 +204,8 @@ async fn whitelist_channel_and_price_are_checked_in_order() {
     assert!(matches!(r, Err(GatewayError::ModelNotFound(m)) if m == "claude-rt"));
     let (r, _, _) = f.begin(&any, "model=nobody-serves", HANDSHAKE).await;
     assert!(matches!(r, Err(GatewayError::ModelNotFound(_))));
-    let (r, ctx, _) = f.begin(&any, "model=gpt-unpriced", HANDSHAKE).await;
+    let (r, _, _) = f.begin(&any, "model=gpt-unpriced", HANDSHAKE).await;
     assert!(matches!(r, Err(GatewayError::ModelNotPriced(_))));
-    assert!(ctx.realtime.is_none());
 }
 
 #[tokio::test]
@@ -185,14 +213,18 @@ async fn a_key_that_cannot_afford_the_floor_is_refused() {
     let f = fixture().await;
     // The floor: 4096 input tokens at 4 plus 16 output tokens at 16 micro-USD.
     let poor = f.key("k1", &[], Some(4096 * 4 + 16 * 16 - 1)).await;
-    let (r, ctx, _) = f.begin(&poor, "model=gpt-realtime", HANDSHAKE).await;
-    assert!(matches!(r, Err(GatewayError::QuotaExhausted)), "{r:?}");
-    assert!(ctx.realtime.is_none());
+    let (r, _, _) = f.begin(&poor, "model=gpt-realtime", HANDSHAKE).await;
+    assert!(
+        matches!(r, Err(GatewayError::QuotaExhausted)),
+        "{:?}",
+        r.err()
+    );
 
     // Enough for the floor but not a block: granted what is left.
     let some = f.key("k2", &[], Some(20_000)).await;
     let (r, mut ctx, _) = f.begin(&some, "model=gpt-realtime", HANDSHAKE).await;
-    assert!(r.is_ok());
-    assert_eq!(ctx.realtime.as_ref().unwrap().meter.reserved(), 20_000);
-    finish(&f.gw, &mut ctx).await;
+    let mut link = r.unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(link.meter.reserved(), 20_000);
+    settle(&mut ctx, &mut link).await;
+    assert!(f.can_reserve("k2", 20_000).await);
 }

@@ -1,30 +1,28 @@
 //! Money for one realtime session: the first reservation, the extensions taken as the
 //! session spends, the usage read from `response.done` events, and the settlement.
 //!
-//! The filters that see the frames are synchronous, so an extension is reserved on a
-//! spawned task and its outcome lands in state shared with the [`Meter`]; the filters
-//! read that state at every frame boundary.
+//! The relay awaits every extension where it is needed ([`Meter::top_up`], right after
+//! the `response.done` that calls for it), so the meter is plain owned state: no task,
+//! no lock, no answer that may land later.
 
 use crate::billing::{Price, ReservationGuard, MIN_OUTPUT_TOKENS};
 use crate::ids;
 use crate::protocol::Usage;
 use crate::store::{Micros, Reservation, ReserveDenied, Store};
-use parking_lot::Mutex;
 use serde::Deserialize;
 use std::sync::Arc;
-use tokio::task::JoinHandle;
 
 /// Input tokens reserved per block besides the output limit. A realtime response bills
 /// the conversation so far as its input, which the gateway cannot see before the
 /// response; a few thousand tokens cover the instructions and a turn of a typical
 /// session, and longer conversations are covered by extensions sized from the largest
-/// response seen (see [`Meter::add`]).
+/// response seen (see [`Meter::top_up`]).
 pub const INPUT_ALLOWANCE_TOKENS: u64 = 4_096;
 
 /// Why a session must end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
-    /// The key's cap cannot cover another block.
+    /// The key's cap cannot cover the smallest next response.
     Quota,
     /// The key was disabled, expired or deleted during the session.
     KeyInactive,
@@ -56,38 +54,6 @@ pub fn first_block(price: &Price) -> (Micros, Micros) {
     (floor.min(block), block)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Extension {
-    /// None in flight; one may be asked for.
-    Idle,
-    Pending,
-    /// The last request was refused; the session lives on what it holds.
-    Refused(Refusal),
-}
-
-/// State shared with the task reserving an extension.
-struct Held {
-    guards: Vec<ReservationGuard>,
-    reserved: Micros,
-    extension: Extension,
-    /// The cost so far, charged by the guards if the session is dropped unsettled.
-    charged: Micros,
-    /// Settled: a grant arriving now is released at once.
-    settled: bool,
-}
-
-impl Held {
-    /// Spreads the cost over the reservations in order, none above its amount.
-    fn spread_charge(&mut self) {
-        let mut left = self.charged;
-        for g in &mut self.guards {
-            let share = left.min(g.amount()).max(0);
-            g.set_charge_on_drop(share);
-            left -= share;
-        }
-    }
-}
-
 /// Where extensions are reserved.
 pub struct Account {
     pub store: Arc<dyn Store>,
@@ -100,15 +66,17 @@ pub struct Account {
 pub struct Meter {
     price: Price,
     block: Micros,
+    /// The smallest next response: what the session must hold unspent to go on.
     floor: Micros,
     usage: Usage,
     cost: Micros,
     /// The largest cost of one response so far: the next may be as large.
     largest: Micros,
-    held: Arc<Mutex<Held>>,
-    task: Option<JoinHandle<()>>,
-    account: Arc<Account>,
+    guards: Vec<ReservationGuard>,
+    reserved: Micros,
+    account: Account,
     extensions: u32,
+    settled: bool,
 }
 
 impl Meter {
@@ -123,16 +91,11 @@ impl Meter {
             usage: Usage::default(),
             cost: 0,
             largest: 0,
-            held: Arc::new(Mutex::new(Held {
-                guards: vec![guard],
-                reserved,
-                extension: Extension::Idle,
-                charged: 0,
-                settled: false,
-            })),
-            task: None,
-            account: Arc::new(account),
+            guards: vec![guard],
+            reserved,
+            account,
             extensions: 0,
+            settled: false,
         }
     }
 
@@ -146,149 +109,111 @@ impl Meter {
 
     /// Total currently reserved for the session.
     pub fn reserved(&self) -> Micros {
-        self.held.lock().reserved
+        self.reserved
     }
 
-    /// Adds one response's usage and, when the unspent reservation has fallen below what
-    /// the next response may cost (a block, or twice the largest response so far), asks
-    /// for an extension that restores it. The extension's minimum includes any overrun,
-    /// so a grant always pays for what was already spent.
+    /// Adds one response's usage. The cost is priced on the running total (rounded up
+    /// once, like a single request), and the reservations are told it at once, so a
+    /// session dropped before it is settled still charges what it used.
     pub fn add(&mut self, u: &Usage) {
         let before = self.cost;
         let s = &mut self.usage;
         s.input_tokens = s.input_tokens.saturating_add(u.input_tokens);
         s.output_tokens = s.output_tokens.saturating_add(u.output_tokens);
         s.cached_input_tokens = s.cached_input_tokens.saturating_add(u.cached_input_tokens);
-        // Priced on the running total: rounded up once, like a single request.
         self.cost = self.price.cost(&self.usage);
         self.largest = self.largest.max(self.cost - before);
+        self.spread_charge();
+    }
 
-        let mut held = self.held.lock();
-        held.charged = self.cost;
-        held.spread_charge();
-        if held.extension != Extension::Idle {
-            return;
-        }
-        let headroom = held.reserved.saturating_sub(self.cost);
+    /// The extension the session needs now, as `(min, max)`; `None` while the unspent
+    /// reservation covers what the next response may cost (a block, or twice the
+    /// largest response so far). `max` restores that headroom; `min` is what keeps the
+    /// floor unspent past the cost: an overrun is part of it, so a grant always pays
+    /// for what was already spent, and it is zero while the session still holds the
+    /// floor itself.
+    fn wanted(&self) -> Option<(Micros, Micros)> {
+        let headroom = self.reserved.saturating_sub(self.cost);
         let want = self.block.max(self.largest.saturating_mul(2));
         if headroom >= want {
-            return;
+            return None;
         }
         let max = self.block.max(want - headroom);
-        let min = self
-            .cost
-            .saturating_sub(held.reserved)
-            .max(0)
-            .saturating_add(self.floor)
-            .min(max);
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            held.extension = Extension::Refused(Refusal::Store);
-            return;
+        let min = self.floor.saturating_sub(headroom).max(0).min(max);
+        Some((min, max))
+    }
+
+    /// Called after each `response.done`, before anything more from the client is
+    /// relayed: reserves an extension when [`Self::wanted`] asks for one and waits for
+    /// the store. `Err` when the session cannot go on: the store refused the minimum,
+    /// the key is no longer active, or the store failed while the session no longer
+    /// holds the floor.
+    pub async fn top_up(&mut self) -> Result<(), Refusal> {
+        let Some((min, max)) = self.wanted() else {
+            return Ok(());
         };
-        held.extension = Extension::Pending;
-        drop(held);
         self.extensions += 1;
         let id = format!("{}-{}", self.account.request_id, self.extensions);
-        self.task = Some(rt.spawn(extend(
-            self.account.clone(),
-            self.held.clone(),
-            id,
-            min,
-            max,
-        )));
-    }
-
-    /// `Some` when the session has spent everything it holds and the store refused more:
-    /// it must be closed now.
-    pub fn must_close(&self) -> Option<Refusal> {
-        let held = self.held.lock();
-        match held.extension {
-            Extension::Refused(r) if self.cost >= held.reserved => Some(r),
-            _ => None,
+        let a = &self.account;
+        let outcome = a
+            .store
+            .reserve(&a.key_id, &id, min, max, ids::now_secs(), a.ttl_secs)
+            .await;
+        match outcome {
+            Ok(Ok(r)) => {
+                let guard = ReservationGuard::new(a.store.clone(), r);
+                self.reserved = self.reserved.saturating_add(guard.amount());
+                self.guards.push(guard);
+                self.spread_charge();
+                Ok(())
+            }
+            Ok(Err(ReserveDenied::QuotaExhausted)) => Err(Refusal::Quota),
+            Ok(Err(ReserveDenied::Disabled | ReserveDenied::Expired | ReserveDenied::NotFound)) => {
+                Err(Refusal::KeyInactive)
+            }
+            Err(e) if min == 0 => {
+                // The session still holds the floor: it goes on, and asks again after
+                // its next response.
+                tracing::warn!(reservation = %id, error = %e, "realtime extension not reserved");
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(reservation = %id, error = %e, "realtime extension not reserved");
+                Err(Refusal::Store)
+            }
         }
     }
 
-    /// Waits for the extension in flight, if any.
-    #[cfg(test)]
-    pub async fn extension_answered(&mut self) {
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
+    /// Spreads the cost over the reservations in order, none above its amount: what
+    /// each guard charges if it is dropped unsettled.
+    fn spread_charge(&mut self) {
+        let mut left = self.cost;
+        for g in &mut self.guards {
+            let share = left.min(g.amount()).max(0);
+            g.set_charge_on_drop(share);
+            left -= share;
         }
+    }
+
+    pub fn settled(&self) -> bool {
+        self.settled
     }
 
     /// Settles every reservation: the cost is split across them in order, never above
     /// what each holds. Returns what was charged; the rest (an overrun of the last
-    /// response) could not be billed.
+    /// response) could not be billed. The reservations are gone afterwards: nothing more
+    /// is charged by a second call.
     pub async fn settle(&mut self) -> Micros {
-        if let Some(task) = self.task.take() {
-            // A grant in flight becomes one more reservation to settle.
-            let _ = task.await;
-        }
-        let guards = {
-            let mut held = self.held.lock();
-            held.settled = true;
-            std::mem::take(&mut held.guards)
-        };
+        self.settled = true;
         let mut left = self.cost;
-        for mut g in guards {
+        for mut g in std::mem::take(&mut self.guards) {
             let share = left.min(g.amount()).max(0);
             g.settle(share).await;
             left -= share;
         }
+        self.reserved = 0;
         self.cost - left
     }
-}
-
-async fn extend(
-    account: Arc<Account>,
-    held: Arc<Mutex<Held>>,
-    id: String,
-    min: Micros,
-    max: Micros,
-) {
-    let outcome = account
-        .store
-        .reserve(
-            &account.key_id,
-            &id,
-            min,
-            max,
-            ids::now_secs(),
-            account.ttl_secs,
-        )
-        .await;
-    let late = {
-        let mut h = held.lock();
-        match outcome {
-            Ok(Ok(r)) => {
-                let guard = ReservationGuard::new(account.store.clone(), r);
-                if h.settled {
-                    Some(guard)
-                } else {
-                    h.reserved = h.reserved.saturating_add(guard.amount());
-                    h.guards.push(guard);
-                    h.spread_charge();
-                    h.extension = Extension::Idle;
-                    None
-                }
-            }
-            Ok(Err(ReserveDenied::QuotaExhausted)) => {
-                h.extension = Extension::Refused(Refusal::Quota);
-                None
-            }
-            Ok(Err(ReserveDenied::Disabled | ReserveDenied::Expired | ReserveDenied::NotFound)) => {
-                h.extension = Extension::Refused(Refusal::KeyInactive);
-                None
-            }
-            Err(e) => {
-                tracing::warn!(reservation = %id, error = %e, "realtime extension not reserved");
-                h.extension = Extension::Refused(Refusal::Store);
-                None
-            }
-        }
-    };
-    // Dropped outside the lock: the guard releases the late grant in the background.
-    drop(late);
 }
 
 /// Usage of a `response.done` server event; `None` for any other message.

@@ -2,7 +2,7 @@ use super::*;
 use crate::config::raw::RawPrice;
 use crate::realtime::frames::Sniff;
 use crate::store::embedded::EmbeddedStore;
-use crate::store::{KeyPatch, KeyRecord, KeyStatus};
+use crate::store::{KeyPatch, KeyRecord, KeyStatus, Reservation};
 use std::time::Duration;
 
 /// A realtime-like price: 4 / 16 / 0.4 USD per 1M tokens, 4096 output tokens per block.
@@ -217,16 +217,22 @@ async fn one_extension_per_block_of_spend() {
     let f = fixture(None).await;
     let mut m = f.meter().await;
     assert_eq!(m.reserved(), BLOCK);
+    assert_eq!(m.top_up().await, Ok(()), "nothing spent: nothing asked");
+    assert_eq!(m.extensions, 0);
     m.add(&usage(1000, 0, 100)); // 5600: the headroom is now below a block
-    m.extension_answered().await;
-    assert_eq!(m.reserved(), 2 * BLOCK);
+    assert_eq!(m.top_up().await, Ok(()));
+    assert_eq!(
+        m.reserved(),
+        2 * BLOCK,
+        "granted by the time top_up returns"
+    );
     m.add(&usage(1000, 0, 100));
-    assert!(
-        m.task.is_none(),
+    assert_eq!(m.top_up().await, Ok(()));
+    assert_eq!(
+        m.extensions, 1,
         "a full block is still ahead: no store round trip"
     );
     assert_eq!(m.reserved(), 2 * BLOCK);
-    assert_eq!(m.must_close(), None);
 }
 
 #[tokio::test]
@@ -237,53 +243,54 @@ async fn a_large_response_sizes_the_next_extension() {
     m.add(&usage(30_000, 0, 100));
     let cost = m.cost();
     assert_eq!(cost, 121_600);
-    m.extension_answered().await;
+    assert_eq!(m.top_up().await, Ok(()));
     assert_eq!(
         m.reserved() - cost,
         2 * cost,
         "the overrun is covered and twice the largest response is ahead"
     );
-    assert_eq!(m.must_close(), None);
     assert_eq!(m.settle().await, cost, "the whole cost is billed");
     assert_eq!(f.used().await, cost);
 }
 
 #[tokio::test]
-async fn a_refused_extension_closes_the_session_once_spent() {
-    let f = fixture(Some(BLOCK + 10_000)).await; // 10_000 left: below the floor
+async fn a_refusal_comes_when_the_floor_can_no_longer_be_held() {
+    let f = fixture(Some(BLOCK + 10_000)).await;
     let mut m = f.meter().await;
     m.add(&usage(1000, 0, 100));
-    m.extension_answered().await;
-    assert_eq!(m.reserved(), BLOCK);
-    assert_eq!(m.must_close(), None, "what is held may still be used");
-    m.add(&usage(4000, 0, 4000)); // 16_000 + 64_000: total 85_600 > BLOCK
-    assert!(m.task.is_none(), "no more asking once refused");
-    assert_eq!(m.must_close(), Some(Refusal::Quota));
+    assert_eq!(m.top_up().await, Ok(()));
+    assert_eq!(m.reserved(), BLOCK + 10_000, "what was left, granted");
+    m.add(&usage(4000, 0, 4000)); // 16_000 + 64_000: total 85_600, 6_320 unspent
+    assert_eq!(m.top_up().await, Err(Refusal::Quota));
     assert_eq!(Refusal::Quota.close(), (1008, "quota exhausted"));
-    let charged = m.settle().await;
-    assert_eq!(charged, BLOCK, "never more than was reserved");
-    assert_eq!(f.used().await, BLOCK);
-    assert!(f.used().await <= BLOCK + 10_000, "the cap holds");
+    assert_eq!(
+        m.settle().await,
+        85_600,
+        "within the reservations: all billed"
+    );
+    assert_eq!(f.used().await, 85_600);
 }
 
 #[tokio::test]
-async fn a_partial_grant_then_a_refusal() {
+async fn an_overrun_is_billed_up_to_the_reservations() {
     let f = fixture(Some(BLOCK + 20_000)).await;
     let mut m = f.meter().await;
     m.add(&usage(1000, 0, 100));
-    m.extension_answered().await;
+    assert_eq!(m.top_up().await, Ok(()));
+    assert_eq!(m.reserved(), BLOCK + 20_000);
+    m.add(&usage(10_000, 0, 1000)); // total 61_600: 40_320 unspent, above the floor
     assert_eq!(
-        m.reserved(),
-        BLOCK + 20_000,
-        "what was left, above the floor"
+        m.top_up().await,
+        Ok(()),
+        "nothing left to grant, but the floor is held"
     );
-    m.add(&usage(10_000, 0, 1000)); // total 61_600: headroom 40_320 < a block
-    m.extension_answered().await;
-    assert_eq!(m.must_close(), None);
+    assert_eq!(m.reserved(), BLOCK + 20_000);
     m.add(&usage(10_000, 0, 1000)); // total 117_600 > 101_920
-    assert_eq!(m.must_close(), Some(Refusal::Quota));
+    assert_eq!(m.top_up().await, Err(Refusal::Quota));
     assert_eq!(m.settle().await, BLOCK + 20_000);
-    assert_eq!(f.used().await, BLOCK + 20_000);
+    assert_eq!(f.used().await, BLOCK + 20_000, "never past the cap");
+    assert!(f.can_reserve(0).await);
+    assert!(!f.can_reserve(1).await, "nothing left, nothing held");
 }
 
 #[tokio::test]
@@ -296,10 +303,7 @@ async fn a_key_disabled_mid_session_gets_no_more() {
     };
     f.store.update_key(&f.key, &patch).await.unwrap();
     m.add(&usage(1000, 0, 100));
-    m.extension_answered().await;
-    assert_eq!(m.must_close(), None);
-    m.add(&usage(20_000, 0, 100));
-    assert_eq!(m.must_close(), Some(Refusal::KeyInactive));
+    assert_eq!(m.top_up().await, Err(Refusal::KeyInactive));
     assert_eq!(Refusal::KeyInactive.close().0, 1008);
 }
 
@@ -308,11 +312,13 @@ async fn settle_splits_the_cost_across_reservations_and_releases_the_rest() {
     let f = fixture(Some(1_000_000)).await;
     let mut m = f.meter().await;
     m.add(&usage(1000, 0, 100));
-    m.extension_answered().await;
+    m.top_up().await.unwrap();
     m.add(&usage(20_000, 0, 0)); // total 85_600: past the first reservation
-    m.extension_answered().await;
+    m.top_up().await.unwrap();
     assert_eq!(m.reserved(), 3 * BLOCK);
+    assert!(!m.settled());
     assert_eq!(m.settle().await, 85_600);
+    assert!(m.settled());
     assert_eq!(f.used().await, 85_600);
     assert!(
         f.can_reserve(1_000_000 - 85_600).await,
@@ -320,12 +326,103 @@ async fn settle_splits_the_cost_across_reservations_and_releases_the_rest() {
     );
 }
 
+/// A store whose reservations fail (as Redis does while unreachable).
+struct Unreachable(Arc<dyn Store>);
+
+#[async_trait::async_trait]
+impl Store for Unreachable {
+    async fn create_key(&self, rec: &KeyRecord) -> crate::store::StoreResult<()> {
+        self.0.create_key(rec).await
+    }
+    async fn get_key(&self, id: &str) -> crate::store::StoreResult<Option<KeyRecord>> {
+        self.0.get_key(id).await
+    }
+    async fn list_keys(&self) -> crate::store::StoreResult<Vec<KeyRecord>> {
+        self.0.list_keys().await
+    }
+    async fn update_key(
+        &self,
+        id: &str,
+        patch: &KeyPatch,
+    ) -> crate::store::StoreResult<Option<KeyRecord>> {
+        self.0.update_key(id, patch).await
+    }
+    async fn delete_key(&self, id: &str) -> crate::store::StoreResult<bool> {
+        self.0.delete_key(id).await
+    }
+    async fn reserve(
+        &self,
+        _: &str,
+        _: &str,
+        _: Micros,
+        _: Micros,
+        _: i64,
+        _: u64,
+    ) -> crate::store::StoreResult<Result<Reservation, ReserveDenied>> {
+        Err(crate::store::StoreError::Unavailable(
+            "connection refused".into(),
+        ))
+    }
+    async fn settle(&self, r: &Reservation, actual: Micros) -> crate::store::StoreResult<()> {
+        self.0.settle(r, actual).await
+    }
+    async fn rate_hit(
+        &self,
+        key_id: &str,
+        rpm: u32,
+        now_ms: i64,
+    ) -> crate::store::StoreResult<bool> {
+        self.0.rate_hit(key_id, rpm, now_ms).await
+    }
+    async fn append_usage(&self, rec: &crate::store::UsageRecord) -> crate::store::StoreResult<()> {
+        self.0.append_usage(rec).await
+    }
+    async fn recent_usage(
+        &self,
+        key_id: &str,
+        limit: usize,
+    ) -> crate::store::StoreResult<Vec<crate::store::UsageRecord>> {
+        self.0.recent_usage(key_id, limit).await
+    }
+    async fn ping(&self) -> crate::store::StoreResult<()> {
+        Err(crate::store::StoreError::Unavailable(
+            "connection refused".into(),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_store_failure_ends_only_a_session_short_of_the_floor() {
+    let f = fixture(None).await;
+    let (min, max) = first_block(&rt_price());
+    let first = f
+        .store
+        .reserve(&f.key, "req1", min, max, ids::now_secs(), 3600)
+        .await
+        .unwrap()
+        .unwrap();
+    let account = Account {
+        store: Arc::new(Unreachable(f.store.clone())),
+        key_id: f.key.clone(),
+        request_id: "req1".into(),
+        ttl_secs: 3600,
+    };
+    let mut m = Meter::new(rt_price(), first, account);
+    m.add(&usage(1000, 0, 100)); // 5_600: an extension is wanted, the floor still held
+    assert_eq!(m.top_up().await, Ok(()), "goes on with what it holds");
+    m.add(&usage(10_000, 0, 3000)); // total 93_600: past the block
+    assert_eq!(m.top_up().await, Err(Refusal::Store));
+    assert_eq!(Refusal::Store.close(), (1011, "quota store unavailable"));
+    assert_eq!(m.settle().await, BLOCK);
+    assert_eq!(f.used().await, BLOCK);
+}
+
 #[tokio::test]
 async fn a_dropped_meter_still_charges_what_was_used() {
     let f = fixture(Some(1_000_000)).await;
     let mut m = f.meter().await;
     m.add(&usage(1127, 896, 148)); // 231 x 4 + 896 x 0.4 + 148 x 16 = 3650.4 -> 3651
-    m.extension_answered().await;
+    m.top_up().await.unwrap();
     assert_eq!(m.cost(), 3651);
     drop(m);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);

@@ -49,6 +49,7 @@ pub enum Fed {
 const OP_CONTINUATION: u8 = 0x0;
 const OP_TEXT: u8 = 0x1;
 const OP_BINARY: u8 = 0x2;
+const OP_CLOSE: u8 = 0x8;
 const MAX_CONTROL_PAYLOAD: u64 = 125;
 /// Collected text above this capacity is released after each message, so one large
 /// message does not pin its buffer for the rest of a long session.
@@ -72,6 +73,8 @@ pub struct FrameReader {
     remaining: u64,
     fin: bool,
     data_frame: bool,
+    /// The current frame is a close frame.
+    close_frame: bool,
     mask: Option<[u8; 4]>,
     /// Payload bytes of the current frame already read (the mask's phase).
     payload_pos: u64,
@@ -80,6 +83,7 @@ pub struct FrameReader {
     broken: bool,
     frames: u64,
     oversize: u64,
+    closed: bool,
 }
 
 impl FrameReader {
@@ -93,6 +97,7 @@ impl FrameReader {
             remaining: 0,
             fin: false,
             data_frame: false,
+            close_frame: false,
             mask: None,
             payload_pos: 0,
             message: Message::None,
@@ -100,6 +105,7 @@ impl FrameReader {
             broken: false,
             frames: 0,
             oversize: 0,
+            closed: false,
         }
     }
 
@@ -111,6 +117,12 @@ impl FrameReader {
     /// Complete frames read so far.
     pub fn frames(&self) -> u64 {
         self.frames
+    }
+
+    /// A whole close frame has been read: this side started or answered the closing
+    /// handshake (RFC 6455 5.5.1) and sends nothing more.
+    pub fn closed(&self) -> bool {
+        self.closed
     }
 
     /// Text messages skipped for exceeding the cap.
@@ -154,6 +166,7 @@ impl FrameReader {
             }
             self.in_payload = false;
             self.frames += 1;
+            self.closed |= self.close_frame;
             let flow = self.end_frame(|text| on_frame(i, text));
             if flow.is_break() {
                 return Ok(Fed::Stopped(i));
@@ -234,6 +247,7 @@ impl FrameReader {
         let opcode = b0 & 0x0F;
         self.fin = b0 & 0x80 != 0;
         self.data_frame = opcode < 0x8;
+        self.close_frame = opcode == OP_CLOSE;
         match opcode {
             OP_TEXT => {
                 let keep = if self.collect.is_some() {

@@ -99,6 +99,7 @@ fn whole_stream_in_one_chunk() {
     assert_eq!(*ends.last().unwrap(), s.len());
     assert!(r.at_boundary());
     assert_eq!(r.frames(), frames as u64);
+    assert!(r.closed(), "the stream ends with a close frame");
 }
 
 #[test]
@@ -337,4 +338,22 @@ fn close_frames() {
     assert!(l[1] as usize <= 125);
     assert!(std::str::from_utf8(&l[4..]).is_ok());
     assert_eq!(l.len() - 4, 122);
+}
+
+#[test]
+fn closed_only_once_a_whole_close_frame_is_read() {
+    let (s, _, _) = session_stream();
+    let close_at = s.len() - 4;
+    let mut r = FrameReader::new(None);
+    run(&mut r, &[&s[..close_at]]);
+    assert!(!r.closed(), "pings, pongs and data frames are not a close");
+    run(&mut r, &[&s[close_at..close_at + 3]]);
+    assert!(!r.closed(), "half a close frame");
+    run(&mut r, &[&s[close_at + 3..]]);
+    assert!(r.closed());
+
+    let masked = client_close(1001, [1, 2, 3, 4]);
+    let mut r = FrameReader::new(None);
+    run(&mut r, &[&masked]);
+    assert!(r.closed(), "a client's masked close");
 }

@@ -1,5 +1,7 @@
 use super::*;
 use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::realtime::billing::{first_block, Account};
 use crate::store::embedded::EmbeddedStore;
 use crate::store::{KeyRecord, KeyStatus, Micros, Store};
 
@@ -55,41 +57,29 @@ async fn fixture(quota: Option<Micros>) -> Fixture {
 }
 
 impl Fixture {
-    /// A context as `begin` leaves it.
-    async fn ctx(&self, query: &str) -> Ctx {
-        let mut ctx = Ctx::new();
+    /// A link as `begin` leaves it: the first block reserved.
+    async fn link(&self) -> Link {
         let price = self.gw.config.prices["gpt-realtime"].clone();
-        let (min, max) = billing::first_block(&price);
+        let (min, max) = first_block(&price);
+        let request_id = ids::request_id();
         let first = self
             .gw
             .store
-            .reserve(&self.key, &ctx.request_id, min, max, ids::now_secs(), 3600)
+            .reserve(&self.key, &request_id, min, max, ids::now_secs(), 3600)
             .await
             .unwrap()
             .unwrap();
         let account = Account {
             store: self.gw.store.clone(),
             key_id: self.key.clone(),
-            request_id: ctx.request_id.clone(),
+            request_id,
             ttl_secs: 3600,
         };
-        ctx.record_mut().endpoint = "/v1/realtime".into();
-        ctx.realtime = Some(Box::new(Link {
-            model: "gpt-realtime".into(),
-            channel: self.gw.config.channels[0].clone(),
-            query: Some(query.into()),
-            meter: Meter::new(price, first, account),
-            reader: FrameReader::new(Some(Collect {
-                cap: MAX_TEXT_MESSAGE,
-                sniff: billing::sniff,
-            })),
-            not_websocket: false,
-            client_done: false,
-            client: FrameReader::new(None),
-            upstream_told: false,
-            upstream_ended: false,
-        }));
-        ctx
+        Link::new(
+            "gpt-realtime".into(),
+            self.gw.config.channels[0].clone(),
+            Meter::new(price, first, account),
+        )
     }
 
     async fn used(&self) -> Micros {
@@ -114,10 +104,6 @@ impl Fixture {
             Err(_) => false,
         }
     }
-}
-
-fn link(ctx: &mut Ctx) -> &mut Link {
-    ctx.realtime.as_deref_mut().unwrap()
 }
 
 /// One unmasked server frame.
@@ -172,14 +158,18 @@ fn conversation() -> Vec<u8> {
 /// 231 x 4 + 896 x 0.4 + 148 x 16, plus 276 x 4 + 1024 x 0.4 + 52 x 16, rounded up once.
 const CONVERSATION_COST: Micros = 5_996;
 
-fn relay(ctx: &mut Ctx, chunks: &[&[u8]]) -> Vec<u8> {
+/// Feeds the chunks as the upstream's reads; returns what reached the client and how
+/// the relay would end.
+async fn relay(l: &mut Link, chunks: &[&[u8]]) -> (Vec<u8>, Option<End>) {
     let mut out = Vec::new();
     for c in chunks {
-        let mut body = Some(Bytes::copy_from_slice(c));
-        from_upstream(ctx, &mut body, false);
-        out.extend_from_slice(&body.unwrap());
+        let (fwd, end) = l.upstream_bytes(Bytes::copy_from_slice(c)).await;
+        out.extend_from_slice(&fwd);
+        if end.is_some() {
+            return (out, end);
+        }
     }
-    out
+    (out, None)
 }
 
 #[tokio::test]
@@ -187,246 +177,222 @@ async fn usage_is_read_at_any_split_and_bytes_pass_unchanged() {
     let f = fixture(None).await;
     let s = conversation();
     for cut in (0..s.len()).step_by(13) {
-        let mut ctx = f.ctx("model=gpt-realtime").await;
-        let out = relay(&mut ctx, &[&s[..cut], &s[cut..]]);
+        let mut l = f.link().await;
+        let (out, end) = relay(&mut l, &[&s[..cut], &s[cut..]]).await;
         assert_eq!(out, s, "cut {cut}");
-        let l = link(&mut ctx);
+        assert_eq!(end, None);
         assert_eq!(l.meter.usage().input_tokens, 2427, "cut {cut}");
         assert_eq!(l.meter.usage().cached_input_tokens, 1920);
         assert_eq!(l.meter.usage().output_tokens, 200);
         assert_eq!(l.meter.cost(), CONVERSATION_COST);
+        assert_eq!(l.frames().0, 7);
         l.meter.settle().await;
     }
     let bytes: Vec<&[u8]> = s.chunks(1).collect();
-    let mut ctx = f.ctx("model=gpt-realtime").await;
-    assert_eq!(relay(&mut ctx, &bytes), s);
-    assert_eq!(link(&mut ctx).meter.cost(), CONVERSATION_COST);
+    let mut l = f.link().await;
+    assert_eq!(relay(&mut l, &bytes).await, (s, None));
+    assert_eq!(l.meter.cost(), CONVERSATION_COST);
+    let before = f.used().await;
+    assert_eq!(l.meter.settle().await, CONVERSATION_COST);
+    assert_eq!(f.used().await - before, CONVERSATION_COST);
 }
 
 #[tokio::test]
-async fn finish_settles_and_fills_the_record() {
+async fn the_top_up_is_done_by_the_time_the_response_done_is_forwarded() {
     let f = fixture(Some(1_000_000)).await;
-    let mut ctx = f.ctx("model=gpt-realtime").await;
-    relay(&mut ctx, &[&conversation()]);
-    finish(&f.gw, &mut ctx).await;
-    assert!(ctx.realtime.is_none());
-    assert_eq!(ctx.status, 101);
-    let rec = ctx.record.as_ref().unwrap();
-    assert_eq!(rec.model, "gpt-realtime");
-    assert_eq!(rec.channel, "rt-main");
-    assert_eq!(rec.usage.input_tokens, 2427);
-    assert_eq!(rec.usage.cached_input_tokens, 1920);
-    assert_eq!(rec.usage.output_tokens, 200);
-    assert_eq!(rec.cost, CONVERSATION_COST);
-    assert!(rec.stream);
-    assert_eq!(f.used().await, CONVERSATION_COST);
+    let mut l = f.link().await;
+    assert_eq!(l.meter.reserved(), BLOCK);
+    // 5_600 spent: less than a block left unreserved, so a block is added right here.
+    let first = text(&done(1000, 0, 100));
+    assert_eq!(relay(&mut l, &[&first]).await, (first, None));
+    assert_eq!(l.meter.reserved(), 2 * BLOCK, "no answer pending anywhere");
+    // A block is still ahead: no store round trip, nothing more reserved.
+    let second = text(&done(1000, 0, 100));
+    relay(&mut l, &[&second]).await;
+    assert_eq!(l.meter.reserved(), 2 * BLOCK);
+    assert_eq!(l.meter.settle().await, 11_200);
     assert!(f.nothing_held(1_000_000).await);
 }
 
 #[tokio::test]
-async fn quota_exhausted_closes_right_after_the_response_done() {
-    let quota = BLOCK + 10_000; // the first extension is refused: 10_000 is below the floor
+async fn a_refusal_cuts_the_stream_right_after_the_response_done() {
+    // One response past the whole first block; the 10_000 left cannot cover the overrun
+    // and the floor, so the session ends with that response.
+    let quota = BLOCK + 10_000;
     let f = fixture(Some(quota)).await;
-    let mut ctx = f.ctx("model=gpt-realtime").await;
+    let mut l = f.link().await;
     let small = text(&done(1000, 0, 100)); // 5_600
-    assert_eq!(relay(&mut ctx, &[&small]), small);
-    link(&mut ctx).meter.extension_answered().await;
-
-    let exhausting = text(&done(4000, 0, 4000)); // 80_000 more: past the reservation
+    let exhausting = text(&done(4000, 0, 5000)); // 96_000 more: past the reservations
     let next = text(r#"{"type":"response.created","event_id":"e9","response":{"id":"resp_3"}}"#);
-    let chunk = [exhausting.clone(), next].concat();
-    let out = relay(&mut ctx, &[&chunk]);
-    let close = frames::server_close(1008, "quota exhausted");
+    let chunk = [small.clone(), exhausting.clone(), next].concat();
+    let (out, end) = relay(&mut l, &[&chunk]).await;
     assert_eq!(
         out,
-        [exhausting, close].concat(),
-        "the response ends, then the close"
+        [small, exhausting].concat(),
+        "the response ends, nothing after it"
+    );
+    assert_eq!(end, Some(End::Refused(Refusal::Quota)));
+    assert_eq!(
+        l.close_for_client(End::Refused(Refusal::Quota)),
+        Some(frames::server_close(1008, "quota exhausted"))
     );
     assert_eq!(
-        relay(&mut ctx, &[&text("{}")]),
-        b"",
-        "nothing more reaches the client"
+        l.meter.reserved(),
+        quota,
+        "the 10_000 was granted after the first response, above the floor"
     );
-
-    let mut body = Some(Bytes::from_static(b"\x88\x82abcd\x62\x8a"));
-    from_client(&mut ctx, &mut body, false);
-    assert_eq!(body, None, "the client's next bytes end the upstream");
-
-    finish(&f.gw, &mut ctx).await;
-    assert_eq!(ctx.record.as_ref().unwrap().cost, BLOCK);
-    assert_eq!(
-        f.used().await,
-        BLOCK,
-        "billed what was reserved, within the cap"
-    );
-    assert!(f.used().await <= quota);
+    assert_eq!(l.meter.settle().await, quota, "billed what was reserved");
+    assert_eq!(f.used().await, quota, "the cap holds");
 }
 
 #[tokio::test]
-async fn a_refusal_arriving_mid_frame_closes_at_the_next_boundary() {
-    let f = fixture(Some(BLOCK + 10_000)).await;
-    let mut ctx = f.ctx("model=gpt-realtime").await;
-    // One response past the whole first block: the extension (overrun + floor) is asked
-    // for while the next frame is already arriving.
-    let big = text(&done(30_000, 0, 100));
-    let delta = text(r#"{"type":"response.audio.delta","event_id":"e5","delta":"AAAAAAAA"}"#);
-    let chunk = [big.clone(), delta[..10].to_vec()].concat();
-    assert_eq!(relay(&mut ctx, &[&chunk]), chunk, "not refused yet");
-    link(&mut ctx).meter.extension_answered().await;
-    assert_eq!(link(&mut ctx).meter.must_close(), Some(Refusal::Quota));
-
-    let mut body = Some(Bytes::from_static(b"\x81\x85maskhello"));
-    from_client(&mut ctx, &mut body, false);
-    assert_close_to_upstream(&body.unwrap());
-    let mut body = Some(Bytes::from_static(b"\x81\x85maskhello"));
-    from_client(&mut ctx, &mut body, false);
+async fn a_session_lives_on_what_it_holds_until_it_cannot_keep_the_floor() {
+    // After the first response the key has 1_000 left: granted, and from then on the
+    // session lives on what it holds (nothing more to grant, but the floor is held)
+    // until a response leaves it short.
+    let quota = BLOCK + 1_000;
+    let f = fixture(Some(quota)).await;
+    let mut l = f.link().await;
+    let r = text(&done(1500, 0, 1500)); // 30_000 each
+    assert_eq!(relay(&mut l, &[&r]).await, (r.clone(), None));
+    assert_eq!(l.meter.reserved(), quota);
     assert_eq!(
-        body.as_deref(),
-        Some(&b""[..]),
-        "nothing more reaches the upstream"
+        relay(&mut l, &[&r]).await,
+        (r.clone(), None),
+        "22_920 left unspent: above the floor"
     );
-
-    let rest = [delta[10..].to_vec(), text("{}")].concat();
-    let out = relay(&mut ctx, &[&rest]);
-    let close = frames::server_close(1008, "quota exhausted");
-    assert_eq!(out, [delta[10..].to_vec(), close].concat());
-
-    finish(&f.gw, &mut ctx).await;
-    assert_eq!(f.used().await, BLOCK);
-}
-
-/// A masked client close frame with status 1000, alone.
-fn assert_close_to_upstream(b: &[u8]) {
-    assert_eq!(b.len(), 8, "{b:?}");
-    assert_eq!(&b[..2], &[0x88, 0x82]);
-    let code = [b[6] ^ b[2], b[7] ^ b[3]];
-    assert_eq!(u16::from_be_bytes(code), 1000);
-}
-
-#[tokio::test]
-async fn a_refusal_while_the_upstream_is_idle_closes_through_it() {
-    let f = fixture(Some(BLOCK + 10_000)).await;
-    let mut ctx = f.ctx("model=gpt-realtime").await;
-    let big = text(&done(30_000, 0, 100));
-    assert_eq!(relay(&mut ctx, &[&big]), big);
-    // The client is mid-frame when the refusal lands.
-    let ask = b"\x81\x9a\x01\x02\x03\x04{\"type\":\"response.create\"}";
-    let mut body = Some(Bytes::copy_from_slice(&ask[..9]));
-    from_client(&mut ctx, &mut body, false);
-    assert_eq!(body.as_deref(), Some(&ask[..9]));
-    link(&mut ctx).meter.extension_answered().await;
-    assert!(link(&mut ctx).meter.must_close().is_some());
-
-    // The frame is completed, then a close goes up instead of the next frame.
-    let rest = [&ask[9..], &ask[..]].concat();
-    let mut body = Some(Bytes::from(rest));
-    from_client(&mut ctx, &mut body, false);
-    let out = body.unwrap();
-    assert_eq!(&out[..ask.len() - 9], &ask[9..]);
-    assert_close_to_upstream(&out[ask.len() - 9..]);
-
-    // The upstream's close reply carries the client's close.
-    let echo = frames::server_close(1000, "");
-    let out = relay(&mut ctx, &[&echo]);
-    assert_eq!(out, frames::server_close(1008, "quota exhausted"));
-    let mut body = Some(Bytes::from_static(b"\x88\x82abcd\x62\x8a"));
-    from_client(&mut ctx, &mut body, false);
+    let (out, end) = relay(&mut l, &[&r]).await;
     assert_eq!(
-        body, None,
-        "the client's close reply ends the upstream half"
+        out, r,
+        "the response that exhausted it still reaches the client"
     );
-    finish(&f.gw, &mut ctx).await;
-    assert_eq!(f.used().await, BLOCK);
+    assert_eq!(end, Some(End::Refused(Refusal::Quota)));
+    assert_eq!(l.meter.cost(), 90_000);
+    assert_eq!(
+        l.meter.settle().await,
+        quota,
+        "the overrun of that one response is not billed"
+    );
+    assert_eq!(f.used().await, quota);
+    assert!(f.nothing_held(quota).await);
 }
 
 #[tokio::test]
-async fn an_http_error_answer_passes_through_unbilled() {
-    let f = fixture(Some(1_000_000)).await;
-    let mut ctx = f.ctx("model=gpt-realtime").await;
-    let err =
-        br#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error"}}"#;
-    assert_eq!(relay(&mut ctx, &[&err[..20], &err[20..]]), err);
-    let mut body = Some(Bytes::from_static(b"x"));
-    from_client(&mut ctx, &mut body, true);
-    assert_eq!(body.as_deref(), Some(&b"x"[..]));
-    finish(&f.gw, &mut ctx).await;
-    assert_eq!(ctx.status, 0, "the status written to the client stands");
-    assert_eq!(ctx.record.as_ref().unwrap().cost, 0);
-    assert_eq!(f.used().await, 0);
-    assert!(f.nothing_held(1_000_000).await);
-}
-
-#[tokio::test]
-async fn invalid_frames_mid_session_stop_the_relay() {
+async fn a_key_disabled_mid_session_ends_it() {
     let f = fixture(None).await;
-    let mut ctx = f.ctx("model=gpt-realtime").await;
+    let mut l = f.link().await;
+    let patch = crate::store::KeyPatch {
+        status: Some(KeyStatus::Disabled),
+        ..Default::default()
+    };
+    f.gw.store.update_key(&f.key, &patch).await.unwrap();
+    let r = text(&done(1000, 0, 100));
+    let (out, end) = relay(&mut l, &[&r]).await;
+    assert_eq!(out, r);
+    assert_eq!(end, Some(End::Refused(Refusal::KeyInactive)));
+    assert_eq!(
+        l.close_for_client(end.unwrap()),
+        Some(frames::server_close(1008, "key no longer active"))
+    );
+    assert_eq!(
+        l.meter.settle().await,
+        5_600,
+        "what was used is still billed"
+    );
+}
+
+#[tokio::test]
+async fn invalid_frames_mid_session_end_it() {
+    let f = fixture(None).await;
+    let mut l = f.link().await;
     let chunk = [text(&done(10, 0, 10)), vec![0xC1, 0x03, 1, 2, 3]].concat();
-    assert_eq!(relay(&mut ctx, &[&chunk]), chunk, "forwarded as it came");
-    assert_eq!(relay(&mut ctx, &[&text("{}")]), b"", "then nothing more");
-    let mut body = Some(Bytes::from_static(b"\x81\x80mask"));
-    from_client(&mut ctx, &mut body, false);
-    assert_eq!(body, None);
-    finish(&f.gw, &mut ctx).await;
-    assert_eq!(ctx.record.as_ref().unwrap().cost, 10 * 4 + 10 * 16);
+    let (out, end) = relay(&mut l, &[&chunk]).await;
+    assert_eq!(out, chunk, "forwarded as it came");
+    assert_eq!(end, Some(End::Unreadable));
+    assert_eq!(
+        l.close_for_client(End::Unreadable),
+        None,
+        "no frame can follow broken ones"
+    );
+    assert_eq!(l.meter.settle().await, 10 * 4 + 10 * 16);
 }
 
 #[tokio::test]
 async fn an_oversize_message_is_forwarded_unread() {
     let f = fixture(None).await;
-    let mut ctx = f.ctx("model=gpt-realtime").await;
+    let mut l = f.link().await;
     let huge = format!(
         r#"{{"type":"response.done","pad":"{}"}}"#,
         "x".repeat(MAX_TEXT_MESSAGE)
     );
     let s = [text(&huge), text(&done(10, 0, 10))].concat();
-    let out = relay(&mut ctx, &[&s[..1 << 20], &s[1 << 20..]]);
+    let (out, end) = relay(&mut l, &[&s[..1 << 20], &s[1 << 20..]]).await;
     assert!(out == s);
-    assert_eq!(link(&mut ctx).reader.oversize(), 1);
+    assert_eq!(end, None);
+    assert_eq!(l.unread_messages(), 1);
+    assert_eq!(l.meter.cost(), 200, "the next message is still read");
+    l.meter.settle().await;
+}
+
+/// A masked client close frame with this status, alone.
+fn assert_client_close(b: &[u8], code: u16) {
+    assert_eq!(b.len(), 8, "{b:?}");
+    assert_eq!(&b[..2], &[0x88, 0x82]);
+    let got = [b[6] ^ b[2], b[7] ^ b[3]];
+    assert_eq!(u16::from_be_bytes(got), code);
+}
+
+#[tokio::test]
+async fn close_frames_go_only_between_frames() {
+    let f = fixture(None).await;
+    let mut l = f.link().await;
+    let refused = End::Refused(Refusal::Quota);
+    assert_client_close(&l.close_for_upstream(refused).unwrap(), 1000);
+    assert_client_close(&l.close_for_upstream(End::ClientLeft).unwrap(), 1001);
+    assert_client_close(&l.close_for_upstream(End::Idle).unwrap(), 1001);
+    assert_eq!(l.close_for_upstream(End::UpstreamLeft), None);
+
+    // The client is half-way through a frame: a close would corrupt it.
+    let ask = b"\x81\x9a\x01\x02\x03\x04{\"type\":\"response.create\"}";
+    l.client_bytes(&ask[..9]);
+    assert_eq!(l.close_for_upstream(refused), None);
+    l.client_bytes(&ask[9..]);
+    assert!(l.close_for_upstream(refused).is_some());
+
+    // The same toward the client.
+    let delta = text(r#"{"type":"response.audio.delta","event_id":"e5","delta":"AAAAAAAA"}"#);
+    relay(&mut l, &[&delta[..10]]).await;
+    assert_eq!(l.close_for_client(End::Idle), None);
+    relay(&mut l, &[&delta[10..]]).await;
     assert_eq!(
-        link(&mut ctx).meter.cost(),
-        200,
-        "the next message is still read"
+        l.close_for_client(End::Idle),
+        Some(frames::server_close(1001, "idle timeout"))
     );
-    link(&mut ctx).meter.settle().await;
+    assert_eq!(
+        l.close_for_client(End::UpstreamLeft),
+        Some(frames::server_close(1011, "upstream connection lost"))
+    );
+    assert_eq!(l.close_for_client(End::ClientLeft), None);
+    l.meter.settle().await;
 }
 
 #[tokio::test]
-async fn client_bytes_pass_while_open() {
+async fn a_side_that_closed_gets_no_second_close() {
     let f = fixture(None).await;
-    let mut ctx = f.ctx("model=gpt-realtime").await;
-    let mut body = None;
-    from_client(&mut ctx, &mut body, true);
-    assert_eq!(body, None, "the handshake's empty body");
-    let frame = Bytes::from_static(b"\x81\x84abcd\x1a\x41\x1f\x19");
-    let mut body = Some(frame.clone());
-    from_client(&mut ctx, &mut body, false);
-    assert_eq!(body, Some(frame));
-    link(&mut ctx).meter.settle().await;
-}
-
-#[tokio::test]
-async fn the_upstream_request_is_the_channels() {
-    let f = fixture(None).await;
-    let mut ctx = f.ctx("model=gpt-realtime&key=sk-client&voice=alloy").await;
-    let mut req = RequestHeader::build(
-        "GET",
-        b"/v1/realtime?model=gpt-realtime&key=sk-client",
+    let mut l = f.link().await;
+    l.client_bytes(b"\x88\x82abcd\x62\x8a"); // the client's close, 1000
+    assert_eq!(
+        l.close_for_upstream(End::Idle),
         None,
-    )
-    .unwrap();
-    req.insert_header("host", "gateway.example").unwrap();
-    req.insert_header(
-        "sec-websocket-protocol",
-        "realtime, openai-insecure-api-key.sk-client",
-    )
-    .unwrap();
-    link(&mut ctx).upstream_request(&mut req).unwrap();
-    assert_eq!(
-        req.uri.to_string(),
-        "/proxy/v1/realtime?model=gpt-realtime-2025-08-28&voice=alloy"
+        "the upstream has one"
     );
-    assert_eq!(req.headers["host"], "api.openai.example");
-    assert_eq!(req.headers["authorization"], "Bearer sk-upstream");
-    assert_eq!(req.headers["sec-websocket-protocol"], "realtime");
-    link(&mut ctx).meter.settle().await;
+    let (out, _) = relay(&mut l, &[&frames::server_close(1000, "")]).await;
+    assert_eq!(out, frames::server_close(1000, ""));
+    assert_eq!(
+        l.close_for_client(End::UpstreamLeft),
+        None,
+        "the upstream's close reached the client"
+    );
+    assert_eq!(l.frames(), (1, 1));
+    l.meter.settle().await;
 }
