@@ -22,8 +22,6 @@ pub struct Ctx {
     pub record: Option<Record>,
     /// Status sent to the client.
     pub status: u16,
-    /// A relayed WebSocket (`/v1/realtime`).
-    pub realtime: Option<Box<crate::realtime::Link>>,
 }
 
 /// The usage-relevant facts of a request, filled in as they become known.
@@ -47,7 +45,6 @@ impl Ctx {
             key: None,
             record: None,
             status: 0,
-            realtime: None,
         }
     }
 

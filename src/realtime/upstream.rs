@@ -51,7 +51,7 @@ pub async fn open(
         Err(e) => {
             tracing::warn!(channel = %channel.name, error = %e, "realtime upstream handshake failed");
             http.shutdown().await;
-            Err(failure(&e))
+            Err(crate::relay::upstream::failure(&e))
         }
     }
 }
@@ -110,18 +110,6 @@ pub fn refused(status: u16) -> GatewayError {
     }
 }
 
-/// Maps a transport error to the failure kind shown to the client.
-pub fn failure(e: &Error) -> GatewayError {
-    let kind = match e.etype() {
-        ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
-            UpstreamFailure::Timeout
-        }
-        ErrorType::InvalidHTTPHeader | ErrorType::H1Error => UpstreamFailure::BadResponse,
-        _ => UpstreamFailure::Broken,
-    };
-    GatewayError::Upstream(kind)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,20 +132,5 @@ mod tests {
                 "{status}"
             );
         }
-    }
-
-    #[test]
-    fn transport_errors_map_to_failure_kinds() {
-        let kind = |t| match failure(&Error::explain(t, "x")) {
-            GatewayError::Upstream(k) => k,
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(kind(ErrorType::ReadTimedout), UpstreamFailure::Timeout);
-        assert_eq!(kind(ErrorType::ConnectTimedout), UpstreamFailure::Timeout);
-        assert_eq!(
-            kind(ErrorType::InvalidHTTPHeader),
-            UpstreamFailure::BadResponse
-        );
-        assert_eq!(kind(ErrorType::ConnectionClosed), UpstreamFailure::Broken);
     }
 }

@@ -10,7 +10,7 @@ mod body;
 pub mod media;
 mod output_limit;
 mod stream;
-mod upstream;
+pub(crate) mod upstream;
 
 use crate::billing::{Estimate, Price, ReservationGuard};
 use crate::errors::{GatewayError, UpstreamFailure};
