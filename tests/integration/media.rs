@@ -15,7 +15,7 @@ pub fn channel(base: &str) -> String {
         "  - name: media\n\
          \x20   protocol: openai\n\
          \x20   base_url: \"{base}\"\n\
-         \x20   models: [dall-e-2, dall-e-3, gpt-image-1, qwen-image-edit, tts-1, whisper-1, text-embedding-3-small, rerank-v1, omni-moderation-latest]\n\
+         \x20   models: [dall-e-2, dall-e-3, gpt-image-1, qwen-image-edit, tts-1, whisper-1, text-embedding-3-small, rerank-v1, omni-moderation-latest, broken-model]\n\
          \x20   model_map: {{ whisper-1: whisper-large-v3 }}\n"
     )
 }
@@ -31,6 +31,7 @@ pub const PRICES: &str = concat!(
     "  text-embedding-3-small: { input: 100 }\n",
     "  rerank-v1: { input: 2 }\n",
     "  omni-moderation-latest: { input: 1 }\n",
+    "  broken-model: { input: 1, output: 1, per_image: { \"*\": 0.01 }, per_million_chars: 1, per_minute: 0.01 }\n",
 );
 
 pub fn config(base: &str) -> String {
@@ -417,4 +418,48 @@ async fn a_key_that_cannot_afford_the_worst_case_is_refused_before_the_upstream(
     assert_eq!(error_of(&text)["code"], "insufficient_quota");
     assert!(up.requests().is_empty());
     assert_eq!(gw.used_micros(&id).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_media_endpoint_sanitizes_upstream_failures_and_refunds() {
+    let (up, gw, key, id) = setup().await;
+    // The upstream answers 503; spec 7 has the client see 500.
+    let m = media_upstream::BROKEN;
+    let json_cases = [
+        ("/v1/images/generations", json!({"model": m, "prompt": "p"})),
+        (
+            "/v1/images/edits",
+            json!({"model": m, "input": {"messages": [{"content": [{"image": "https://x/y.png"}, {"text": "t"}]}]}}),
+        ),
+        (
+            "/v1/audio/speech",
+            json!({"model": m, "input": "hi", "voice": "alloy"}),
+        ),
+        ("/v1/embeddings", json!({"model": m, "input": "hi"})),
+        (
+            "/v1/rerank",
+            json!({"model": m, "query": "q", "documents": ["a"]}),
+        ),
+        ("/v1/moderations", json!({"model": m, "input": "hi"})),
+    ];
+    for (path, body) in json_cases {
+        let (s, _, text) = gw.post(path, &key, &body).await;
+        assert_eq!(s, 500, "{path}: {text}");
+        let e = error_of(&text);
+        assert_eq!(e["type"], "upstream_error", "{path}");
+        assert!(!text.contains("gpu-node"), "{path}: {text}");
+    }
+    for path in ["/v1/audio/transcriptions", "/v1/audio/translations"] {
+        let (s, text) = upload(
+            &gw,
+            &key,
+            path,
+            form("b0und4ry", &[("model", m)], &[1u8; 4000]),
+        )
+        .await;
+        assert_eq!(s, 500, "{path}: {text}");
+        assert!(!text.contains("gpu-node"), "{text}");
+    }
+    assert_eq!(up.requests().len(), 8, "each reached the upstream once");
+    assert_eq!(gw.used_micros(&id).await, 0, "and each was refunded");
 }

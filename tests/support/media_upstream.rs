@@ -26,8 +26,21 @@ pub fn form_field(body: &[u8], name: &str) -> Option<String> {
     Some(text[start..end].to_string())
 }
 
+/// The model every endpoint of this upstream fails for.
+pub const BROKEN: &str = "broken-model";
+
 fn reply(r: &Recorded) -> Reply {
     let path = r.path.split('?').next().unwrap_or("");
+    let named = |m: &str| {
+        form_field(&r.body, "model").as_deref() == Some(m)
+            || serde_json::from_slice::<Value>(&r.body).is_ok_and(|b| b["model"] == m)
+    };
+    if named(BROKEN) {
+        return Reply::json(
+            503,
+            json!({"error": {"message": "overloaded at gpu-node-12.internal", "type": "server_error"}}),
+        );
+    }
     match path {
         "/v1/audio/speech" => Reply::Chunked {
             status: 200,
