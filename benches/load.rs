@@ -58,6 +58,7 @@ struct Plan {
     /// Idle streams: counts, and how long they are held open.
     idle: &'static [usize],
     idle_hold: Duration,
+    idle_settle: Duration,
     /// Upstream latency before every reply header.
     upstream_latency: Duration,
 }
@@ -77,6 +78,7 @@ const FULL: Plan = Plan {
     big: Duration::from_secs(3),
     idle: &[1_000, 10_000],
     idle_hold: Duration::from_secs(2),
+    idle_settle: Duration::from_secs(3),
     upstream_latency: Duration::ZERO,
 };
 
@@ -95,6 +97,7 @@ const QUICK: Plan = Plan {
     big: Duration::from_millis(50),
     idle: &[20],
     idle_hold: Duration::from_millis(10),
+    idle_settle: Duration::ZERO,
     upstream_latency: Duration::ZERO,
 };
 
@@ -397,6 +400,9 @@ fn main() {
                 sys::mb(i.rss_open)
             );
             res.idle.push(i);
+            // Let the last streams' settles and usage records drain, so the next
+            // target's baseline is not this one's leftovers.
+            std::thread::sleep(plan.idle_settle);
         }
     }
 

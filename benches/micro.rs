@@ -25,6 +25,8 @@ const ROUNDS: usize = 7;
 const ROUND_TIME: Duration = Duration::from_millis(150);
 /// Store operations in flight at once in the concurrent rows (a busy gateway's shape).
 const IN_FLIGHT: usize = 32;
+/// Requests in the tail-latency row.
+const TAIL_SAMPLES: usize = 5_000;
 
 /// Median seconds per iteration of `f` (or one iteration in the smoke run).
 fn time(quick: bool, mut f: impl FnMut()) -> f64 {
@@ -210,6 +212,27 @@ fn store_rows(
         &format!("{name}: reserve + settle, one at a time"),
         s,
         "",
+    );
+    // The tail of one request's store work, one request at a time: what a lone
+    // request waits for when the store stalls (checkpoints, pruning).
+    let n = if quick { 3 } else { TAIL_SAMPLES };
+    let mut h = hdrhistogram::Histogram::<u64>::new(3).expect("constant precision");
+    rt.block_on(async {
+        for _ in 0..n {
+            let t = Instant::now();
+            one(true).await;
+            let _ = h.record(t.elapsed().as_nanos() as u64);
+        }
+    });
+    let q = |x: f64| h.value_at_quantile(x) as f64 / 1e3;
+    let _ = writeln!(
+        report,
+        "| {name}: reserve + settle + usage record, one at a time, {n} requests | {:.0} (p50) | {:.0} | p99 {:.0} µs, max {:.0} µs; {} over 5 ms |",
+        q(0.5),
+        1e6 / q(0.5),
+        q(0.99),
+        h.max() as f64 / 1e3,
+        h.count_between(5_000_000, h.max().max(5_000_000))
     );
     let s = time_async(quick, rt, || async {
         let all: Vec<_> = (0..IN_FLIGHT).map(|_| tokio::spawn(one(false))).collect();

@@ -248,7 +248,11 @@ fn open(p50: u64, p99: u64) -> Open {
 }
 
 fn streams(ttfb: u64, coalesced: u64) -> Streams {
-    let mut gaps = lat(&[2000; 100]);
+    streams_gap(ttfb, coalesced, 2000)
+}
+
+fn streams_gap(ttfb: u64, coalesced: u64, gap: u64) -> Streams {
+    let mut gaps = lat(&[gap; 100]);
     gaps.record(1).ok();
     Streams {
         streams: 100,
@@ -341,7 +345,8 @@ fn budget_verdicts() {
             idle(10_000, 100, 350),
             1.2 * m,
         ),
-        // Fails every line: 45 % throughput, +200 µs p50, TTFB +1.3 ms, 5 % coalesced,
+        // Fails every line: 45 % throughput, +200 µs p50, TTFB +1.3 ms, 5 % coalesced
+        // (passthrough 0 %),
         // 40 + 250 MB, three copies.
         result(
             "gateway (redis)",
@@ -389,6 +394,13 @@ fn budget_verdicts() {
     assert!(l2.iter().any(|l| l.text.contains("Throughput")
         && l.text.contains("redis")
         && l.pass == Some(true)));
+    // A longer median gap (events held back) fails the coalescing line.
+    let kept = rs2[2].streams.replace(streams_gap(900, 0, 3000));
+    let lg = report::budget(&rs2, &meta());
+    assert!(lg.iter().any(|l| l.text.contains("no coalescing")
+        && l.text.contains("embedded")
+        && l.pass == Some(false)));
+    rs2[2].streams = kept;
     // Measured at 5,000 (a low descriptor limit): the share is projected to 10,000.
     // Embedded grew 150 MB beyond direct at 5,000 → 300 MB projected: fails.
     let mut m5 = meta();
