@@ -1,0 +1,531 @@
+//! Load benchmark: the gateway against a bare Pingora passthrough, in one process and
+//! one run, on the same machine at the same moment (issue 6's budget is ratios and
+//! differences against that baseline, since absolute figures drift on shared machines).
+//!
+//! `cargo bench --bench load` starts a mock upstream per target, the targets (direct,
+//! passthrough, the gateway on the embedded store and on a private `redis-server`),
+//! runs every scenario against every target in turn, prints the budget with PASS/FAIL,
+//! and writes `target/bench-load.md` and `target/bench-load.svg`.
+//!
+//! Run without `--bench` (as `cargo test --all-targets` does), it is a smoke run of a
+//! few seconds: tiny durations, a few idle streams, self-checks of its own parsers and
+//! report, and a non-zero exit on any error.
+
+#[path = "load/checks.rs"]
+mod checks;
+#[path = "load/http.rs"]
+mod http;
+#[path = "load/report.rs"]
+mod report;
+#[path = "load/scenarios.rs"]
+mod scenarios;
+#[path = "load/sys.rs"]
+mod sys;
+#[path = "load/targets.rs"]
+mod targets;
+#[path = "load/upstream.rs"]
+mod upstream;
+
+use report::{Big, Meta, TargetResult};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use targets::{Kind, Target};
+use upstream::UpstreamConfig;
+
+#[global_allocator]
+static ALLOC: sys::Counting = sys::Counting;
+
+/// Scenario sizes and durations. `FULL` keeps the whole run near three minutes on
+/// 2 cores; `QUICK` is the smoke run.
+struct Plan {
+    warmup: Duration,
+    /// Small chat, closed loop: connections and duration per target.
+    closed_conns: usize,
+    closed: Duration,
+    /// Small chat, open loop: rate, pacer connections, duration per target.
+    open_rate: f64,
+    open_conns: usize,
+    open: Duration,
+    /// Streaming chat: concurrent streams, duration per target, events and their interval.
+    stream_conns: usize,
+    stream: Duration,
+    sse_events: usize,
+    sse_interval: Duration,
+    /// 1 MiB bodies: connections and duration per target.
+    big_conns: usize,
+    big: Duration,
+    /// Idle streams: counts, and how long they are held open.
+    idle: &'static [usize],
+    idle_hold: Duration,
+    idle_settle: Duration,
+    /// Upstream latency before every reply header.
+    upstream_latency: Duration,
+}
+
+const FULL: Plan = Plan {
+    warmup: Duration::from_secs(1),
+    closed_conns: 32,
+    closed: Duration::from_secs(5),
+    open_rate: 1000.0,
+    open_conns: 8,
+    open: Duration::from_secs(10),
+    stream_conns: 32,
+    stream: Duration::from_secs(5),
+    sse_events: 50,
+    sse_interval: Duration::from_millis(2),
+    big_conns: 4,
+    big: Duration::from_secs(3),
+    idle: &[1_000, 10_000],
+    idle_hold: Duration::from_secs(2),
+    idle_settle: Duration::from_secs(3),
+    upstream_latency: Duration::ZERO,
+};
+
+const QUICK: Plan = Plan {
+    warmup: Duration::from_millis(20),
+    closed_conns: 4,
+    closed: Duration::from_millis(100),
+    open_rate: 200.0,
+    open_conns: 2,
+    open: Duration::from_millis(150),
+    stream_conns: 4,
+    stream: Duration::from_millis(100),
+    sse_events: 10,
+    sse_interval: Duration::from_millis(1),
+    big_conns: 1,
+    big: Duration::from_millis(50),
+    idle: &[20],
+    idle_hold: Duration::from_millis(10),
+    idle_settle: Duration::ZERO,
+    upstream_latency: Duration::ZERO,
+};
+
+const BIG_BODY: usize = 1024 * 1024;
+const COMMAND: &str = "cargo bench --bench load";
+
+fn runtime(name: &str, threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name(name)
+        .enable_all()
+        .build()
+        .expect("a Tokio runtime starts")
+}
+
+const SYSTEM: &str = "You are a concise assistant.";
+
+fn chat_body(model: &str, stream: bool) -> Vec<u8> {
+    let mut v = serde_json::json!({
+        "model": model,
+        "messages": [{"role": "system", "content": SYSTEM},
+                     {"role": "user", "content": "Write a haiku about network latency."}],
+        "max_tokens": 256, "temperature": 0.7
+    });
+    if stream {
+        v["stream"] = true.into();
+        v["stream_options"] = serde_json::json!({"include_usage": true});
+    }
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// A request body of exactly `size` bytes: a chat (or messages) request whose user
+/// turn is prose, `model` first.
+pub fn big_body(messages: bool, size: usize) -> Vec<u8> {
+    let head = if messages {
+        format!("{{\"model\":\"bench-big\",\"max_tokens\":16,\"system\":\"{SYSTEM}\",\"messages\":[{{\"role\":\"user\",\"content\":\"")
+    } else {
+        format!("{{\"model\":\"bench-big\",\"max_tokens\":16,\"messages\":[{{\"role\":\"system\",\"content\":\"{SYSTEM}\"}},{{\"role\":\"user\",\"content\":\"")
+    };
+    let tail = "\"}]}";
+    let prose = "Summarise the following log of a long agent session, keeping every decision.\\n";
+    let mut out = head.into_bytes();
+    while out.len() + prose.len() + tail.len() <= size {
+        out.extend_from_slice(prose.as_bytes());
+    }
+    while out.len() + tail.len() < size {
+        out.push(b'.');
+    }
+    out.extend_from_slice(tail.as_bytes());
+    out
+}
+
+struct Requests {
+    chat: Arc<Vec<u8>>,
+    sse: Arc<Vec<u8>>,
+    idle: Arc<Vec<u8>>,
+    big: Arc<Vec<u8>>,
+    big_messages: Arc<Vec<u8>>,
+}
+
+fn requests(t: &Target) -> Requests {
+    let host = t.host();
+    let h = t.headers();
+    let post = |path: &str, extra: &[(&str, &str)], body: &[u8]| {
+        let mut hs = h.clone();
+        hs.extend_from_slice(extra);
+        Arc::new(http::post(path, &host, &hs, body))
+    };
+    let chat = "/v1/chat/completions";
+    Requests {
+        chat: post(chat, &[], &chat_body("bench-chat", false)),
+        sse: post(
+            chat,
+            &[("Accept", "text/event-stream")],
+            &chat_body("bench-sse", true),
+        ),
+        idle: post(
+            chat,
+            &[("Accept", "text/event-stream")],
+            &chat_body("bench-idle", true),
+        ),
+        big: post(chat, &[], &big_body(false, BIG_BODY)),
+        big_messages: post(
+            "/v1/messages",
+            &[("anthropic-version", "2023-06-01")],
+            &big_body(true, BIG_BODY),
+        ),
+    }
+}
+
+fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let plan = if quick { &QUICK } else { &FULL };
+    let t_start = Instant::now();
+    let mut notes = Vec::new();
+    if quick {
+        checks::run();
+    }
+    let largest = plan.idle.iter().copied().max().unwrap_or(0);
+    // Four descriptors per stream in one process, plus pools and listeners.
+    let fds = sys::raise_fd_limit((largest as u64 * 4 + 8_192).max(65_536));
+    let fit = (fds.saturating_sub(1_500) / 4 / 100 * 100) as usize;
+    let idle: Vec<usize> = plan.idle.iter().map(|&n| n.min(fit)).collect();
+    if idle.iter().zip(plan.idle).any(|(a, b)| a != b) {
+        let note = format!(
+            "the open-file limit is {fds} and cannot be raised here (hard limit): idle streams scaled down from {:?} to {idle:?} (each holds four descriptors in this process); the 10,000-stream memory figure is projected linearly from the largest count",
+            plan.idle
+        );
+        println!("note: {note}");
+        notes.push(note);
+    }
+    let only = Filter::from_env();
+
+    let servers = runtime("servers", 2);
+    let upstreams = runtime("upstream", 1);
+    let client = runtime("client", 2);
+    let ucfg = UpstreamConfig {
+        latency: plan.upstream_latency,
+        sse_events: plan.sse_events,
+        sse_interval: plan.sse_interval,
+    };
+    let up = || {
+        upstreams
+            .block_on(targets::start_upstream(&ucfg))
+            .expect("mock upstream starts")
+    };
+    let mut list: Vec<Target> = vec![targets::direct(up())];
+    let pt_up = up();
+    let pt = servers.block_on(async { targets::passthrough(pt_up) });
+    list.push(pt.expect("passthrough starts"));
+    let emb_up = up();
+    let embedded = servers.block_on(targets::gateway(
+        "gateway (embedded)",
+        emb_up,
+        targets::Store::Embedded,
+    ));
+    list.push(embedded.expect("gateway on the embedded store starts"));
+    let redis = targets::RedisServer::start();
+    match &redis {
+        Some(r) => {
+            let redis_up = up();
+            let g = servers.block_on(targets::gateway(
+                "gateway (redis)",
+                redis_up,
+                targets::Store::Redis(r.url()),
+            ));
+            list.push(g.expect("gateway on redis starts"));
+        }
+        None => {
+            let note = "redis-server is not installed: the Redis target is skipped (apt-get install redis-server)";
+            println!("note: {note}");
+            notes.push(note.into());
+        }
+    }
+    list.retain(|t| only.target(t.name));
+    let rss_base = sys::rss_bytes_trimmed();
+    let reqs: Vec<Requests> = list.iter().map(requests).collect();
+    let mut results: Vec<TargetResult> = list
+        .iter()
+        .map(|t| TargetResult {
+            name: t.name,
+            kind: t.kind,
+            closed: None,
+            open: None,
+            streams: None,
+            big: Vec::new(),
+            idle: Vec::new(),
+        })
+        .collect();
+
+    // Scenario by scenario, every target in turn: each comparison is made minutes, not
+    // tens of minutes, apart.
+    for (t, r) in list.iter().zip(&reqs) {
+        client.block_on(scenarios::closed_loop(
+            t.addr,
+            r.chat.clone(),
+            plan.closed_conns,
+            plan.warmup,
+        ));
+        client.block_on(scenarios::streams(
+            t.addr,
+            r.sse.clone(),
+            2,
+            plan.warmup / 4,
+            upstream::pieces_in(plan.sse_events),
+            plan.sse_interval,
+        ));
+    }
+    for ((t, r), res) in list.iter().zip(&reqs).zip(&mut results) {
+        if !only.scenario("closed") {
+            break;
+        }
+        let c = client.block_on(scenarios::closed_loop(
+            t.addr,
+            r.chat.clone(),
+            plan.closed_conns,
+            plan.closed,
+        ));
+        println!(
+            "closed loop   {:<28} {:>8.0} req/s  p99 {:>6.0} µs  errors {}",
+            t.name,
+            c.rate(),
+            scenarios::us(&c.latency, 0.99),
+            c.errors
+        );
+        res.closed = Some(c);
+    }
+    for ((t, r), res) in list.iter().zip(&reqs).zip(&mut results) {
+        if !only.scenario("open") {
+            break;
+        }
+        let o = scenarios::open_loop(
+            t.addr,
+            r.chat.clone(),
+            plan.open_rate,
+            plan.open_conns,
+            plan.open,
+        );
+        println!(
+            "open loop     {:<28} p50 {:>6.0} µs  p99 {:>6.0} µs  errors {}",
+            t.name,
+            scenarios::us(&o.latency, 0.5),
+            scenarios::us(&o.latency, 0.99),
+            o.errors
+        );
+        res.open = Some(o);
+    }
+    for ((t, r), res) in list.iter().zip(&reqs).zip(&mut results) {
+        if !only.scenario("stream") {
+            break;
+        }
+        let s = client.block_on(scenarios::streams(
+            t.addr,
+            r.sse.clone(),
+            plan.stream_conns,
+            plan.stream,
+            upstream::pieces_in(plan.sse_events),
+            plan.sse_interval,
+        ));
+        println!(
+            "streaming     {:<28} TTFB p99 {:>6.0} µs  gap p50 {:>6.0} µs  streams {}  errors {}",
+            t.name,
+            scenarios::us(&s.ttfb, 0.99),
+            scenarios::us(&s.gaps, 0.5),
+            s.streams,
+            s.errors
+        );
+        res.streams = Some(s);
+    }
+    for ((t, r), res) in list.iter().zip(&reqs).zip(&mut results) {
+        if !only.scenario("big") {
+            break;
+        }
+        let mut bodies = vec![("chat → chat", r.big.clone())];
+        if t.kind == Kind::Gateway {
+            bodies.push(("messages → chat", r.big_messages.clone()));
+        }
+        for (label, req) in bodies {
+            let got_before = t.upstream.stats.body_bytes.load(Ordering::SeqCst);
+            let before = sys::count_allocations(true);
+            let c = client.block_on(scenarios::closed_loop(
+                t.addr,
+                req,
+                plan.big_conns,
+                plan.big,
+            ));
+            let allocated = sys::count_allocations(false) - before;
+            let per = allocated as f64 / c.requests.max(1) as f64;
+            let got = t.upstream.stats.body_bytes.load(Ordering::SeqCst) - got_before;
+            let upstream_per_req = got as f64 / c.requests.max(1) as f64;
+            println!("1 MiB body    {:<28} {label:<16} {:>6.0} req/s  {:>6.1} MiB allocated per request  errors {}", t.name, c.rate(), per / 1048576.0, c.errors);
+            res.big.push(Big {
+                label,
+                closed: c,
+                body: BIG_BODY,
+                alloc_per_req: per,
+                upstream_per_req,
+            });
+        }
+    }
+    for &n in &idle {
+        if !only.scenario("idle") {
+            break;
+        }
+        for ((t, r), res) in list.iter().zip(&reqs).zip(&mut results) {
+            let i = client.block_on(scenarios::idle(
+                t.addr,
+                r.idle.clone(),
+                n,
+                plan.idle_hold,
+                || t.upstream.release_idle(),
+            ));
+            println!(
+                "idle streams  {:<28} {:>6} open of {:<6} errors {}  RSS {:.0} → {:.0} MB",
+                t.name,
+                i.opened,
+                i.wanted,
+                i.errors,
+                sys::mb(i.rss_before),
+                sys::mb(i.rss_open)
+            );
+            res.idle.push(i);
+            // Let the last streams' settles and usage records drain, so the next
+            // target's baseline is not this one's leftovers.
+            std::thread::sleep(plan.idle_settle);
+        }
+    }
+
+    let meta = Meta {
+        machine: sys::machine(),
+        command: COMMAND,
+        settings: settings(plan, &idle),
+        notes,
+        rss_base,
+        idle_big: idle.iter().copied().max().unwrap_or(0),
+        idle_goal: plan.idle.iter().copied().max().unwrap_or(0),
+    };
+    let lines = report::budget(&results, &meta);
+    let elapsed = t_start.elapsed().as_secs_f64();
+    if quick {
+        let failures = smoke_failures(&results);
+        drop(list);
+        if !failures.is_empty() {
+            eprintln!("load smoke run failed: {}", failures.join("; "));
+            std::process::exit(1);
+        }
+        println!("load smoke run ok in {elapsed:.1} s");
+        return;
+    }
+    println!("\nBudget (gateway vs bare Pingora passthrough, same run):");
+    for l in &lines {
+        println!("  [{}] {} — {}", l.verdict(), l.text, l.measured);
+    }
+    let mut md = report::markdown(&results, &meta, &lines);
+    md.push_str(&format!("\nWhole run: {elapsed:.0} s.\n"));
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/target");
+    for (name, text) in [
+        ("bench-load.md", md),
+        ("bench-load.svg", report::svg(&results)),
+    ] {
+        let path = format!("{dir}/{name}");
+        match std::fs::write(&path, text) {
+            Ok(()) => println!("wrote {path}"),
+            Err(e) => eprintln!("cannot write {path}: {e}"),
+        }
+    }
+    // Stop the servers before the runtimes go away.
+    drop(list);
+    drop(redis);
+}
+
+/// `LOAD_TARGETS` and `LOAD_SCENARIOS` (comma-separated substrings, e.g.
+/// `LOAD_TARGETS=embedded LOAD_SCENARIOS=closed`) narrow a run, for profiling one
+/// target under one load. Unset: everything.
+struct Filter {
+    targets: Option<Vec<String>>,
+    scenarios: Option<Vec<String>>,
+}
+
+impl Filter {
+    fn from_env() -> Filter {
+        let list = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .map(|v| v.split(',').map(|s| s.trim().to_lowercase()).collect())
+        };
+        Filter {
+            targets: list("LOAD_TARGETS"),
+            scenarios: list("LOAD_SCENARIOS"),
+        }
+    }
+
+    fn target(&self, name: &str) -> bool {
+        self.targets
+            .as_ref()
+            .is_none_or(|v| v.iter().any(|s| name.to_lowercase().contains(s)))
+    }
+
+    fn scenario(&self, name: &str) -> bool {
+        self.scenarios
+            .as_ref()
+            .is_none_or(|v| v.iter().any(|s| name.contains(s.as_str())))
+    }
+}
+
+fn settings(p: &Plan, idle: &[usize]) -> Vec<String> {
+    vec![
+        "One process: mock upstreams (1 Tokio thread), proxies (one 2-thread Tokio runtime, as the gateway's `threads: 2`), load generator (2 Tokio threads; open loop on plain threads). All share the machine's 2 cores.".into(),
+        format!("Small chat: {} connections closed loop for {:?} per target (after a {:?} warm-up); open loop {:.0} req/s over {} connections for {:?}, latency from the intended send time.", p.closed_conns, p.closed, p.warmup, p.open_rate, p.open_conns, p.open),
+        format!("Streaming: {} concurrent streams for {:?}; each {} events ({} content events) {:?} apart.", p.stream_conns, p.stream, p.sse_events, upstream::pieces_in(p.sse_events), p.sse_interval),
+        format!("1 MiB body: {} connections for {:?}; heap bytes counted by a counting global allocator, on only during this scenario.", p.big_conns, p.big),
+        format!("Idle streams: {idle:?} opened (256 at a time), held {:?}, then released; RSS is the whole process's (`/proc/self/status`), measured after `malloc_trim`. The gateway's share is its growth less the direct target's (client and upstream alone).", p.idle_hold),
+        format!("Upstream latency: {:?}. The gateway's key has a quota and a model whitelist; every request is authenticated, reserved, settled and logged.", p.upstream_latency),
+    ]
+}
+
+/// In the smoke run every scenario must have succeeded at least once and never failed.
+fn smoke_failures(rs: &[TargetResult]) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in rs {
+        let check = |out: &mut Vec<String>, what: &str, ok: u64, errors: u64| {
+            if ok == 0 || errors > 0 {
+                out.push(format!("{} {what}: {ok} ok, {errors} errors", r.name));
+            }
+        };
+        if let Some(c) = &r.closed {
+            check(&mut out, "closed loop", c.requests, c.errors);
+        }
+        if let Some(o) = &r.open {
+            check(&mut out, "open loop", o.latency.len(), o.errors);
+        }
+        if let Some(s) = &r.streams {
+            check(&mut out, "streams", s.streams, s.errors);
+        }
+        for b in &r.big {
+            check(&mut out, b.label, b.closed.requests, b.closed.errors);
+            // The body reached the upstream whole (give or take the rewritten JSON).
+            let same = b.label == "chat → chat";
+            if same && (b.upstream_per_req - b.body as f64).abs() > b.body as f64 * 0.01 {
+                out.push(format!(
+                    "{} {}: upstream got {:.0} bytes per request",
+                    r.name, b.label, b.upstream_per_req
+                ));
+            }
+        }
+        for i in &r.idle {
+            check(&mut out, "idle streams", i.opened, i.errors);
+        }
+    }
+    out
+}

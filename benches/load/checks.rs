@@ -1,0 +1,485 @@
+//! Self-checks of the harness's own parts, run by the smoke run (`cargo test
+//! --all-targets` runs this bench without `--bench`; a bench built with `harness =
+//! false` runs no `#[test]`s, so the checks live here). Each panics on a broken rule.
+
+use super::http::{parse_head, BodyKind, Chunked, Parser, Part, SseSplitter};
+use super::report::{self, Meta, TargetResult};
+use super::scenarios::{hist, us, Closed, Idle, Open, Streams};
+use super::sys::parse_status_kb;
+use super::targets::Kind;
+use super::upstream::{kind_of, pieces_in, stream_events, Kind as Reply, PIECE_MARK};
+
+pub fn run() {
+    let checks: &[(&str, fn())] = &[
+        ("response head", response_head),
+        ("request head", request_head),
+        ("chunked body split anywhere", chunked_any_split),
+        ("chunked errors", chunked_errors),
+        ("keep-alive message boundary", message_boundary),
+        ("sse splitter", sse_splitter),
+        ("upstream reply choice", reply_choice),
+        ("upstream stream events", stream_shape),
+        ("1 MiB bodies", big_bodies),
+        ("proc status", proc_status),
+        ("histogram quantiles", quantiles),
+        ("budget verdicts", budget_verdicts),
+        ("report and chart", report_and_chart),
+    ];
+    for (name, f) in checks {
+        if std::panic::catch_unwind(f).is_err() {
+            panic!("load bench self-check failed: {name}");
+        }
+    }
+    println!("load bench self-checks: {} ok", checks.len());
+}
+
+fn response_head() {
+    let raw = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nContent-Length: 42\r\nx-request-id: r1\r\n\r\n{";
+    let h = parse_head(raw).expect("parses").expect("complete");
+    assert_eq!(h.status, 200);
+    assert_eq!(h.body, BodyKind::Length(42));
+    assert_eq!(h.len, raw.len() - 1);
+    let sse =
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    assert_eq!(
+        parse_head(sse).expect("parses").expect("complete").body,
+        BodyKind::Chunked
+    );
+    assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n")
+        .expect("ok")
+        .is_none());
+    assert!(parse_head(b"HTTP/1.1 200 OK\r\nbroken header\r\n\r\n").is_err());
+    assert!(parse_head(b"HTTP/1.1 abc OK\r\n\r\n").is_err());
+    assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n").is_err());
+}
+
+fn request_head() {
+    let raw =
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:1\r\nContent-Length: 7\r\n\r\n";
+    let h = parse_head(raw).expect("parses").expect("complete");
+    assert_eq!((h.status, h.path.as_str()), (0, "/v1/chat/completions"));
+    assert_eq!(h.body, BodyKind::Length(7));
+}
+
+fn chunked_body() -> (Vec<u8>, Vec<u8>) {
+    let events = stream_events(8);
+    let mut wire = Vec::new();
+    for e in &events {
+        wire.extend_from_slice(format!("{:x}\r\n{e}\r\n", e.len()).as_bytes());
+    }
+    // An extension and a trailer, which a proxy may pass on.
+    wire.extend_from_slice(b"5;name=v\r\nhello\r\n0\r\nx-trailer: 1\r\n\r\n");
+    let mut data = events.concat().into_bytes();
+    data.extend_from_slice(b"hello");
+    (wire, data)
+}
+
+fn chunked_any_split() {
+    let (wire, data) = chunked_body();
+    for cut in 0..wire.len() {
+        let mut c = Chunked::default();
+        let mut got = Vec::new();
+        let a = c
+            .feed(&wire[..cut], &mut |d| got.extend_from_slice(d))
+            .expect("valid");
+        assert_eq!(a, cut, "consumes everything before the end");
+        let b = c
+            .feed(&wire[cut..], &mut |d| got.extend_from_slice(d))
+            .expect("valid");
+        assert_eq!(a + b, wire.len());
+        assert!(c.done(), "ends at the terminating chunk (cut {cut})");
+        assert_eq!(got, data, "same data whatever the split (cut {cut})");
+    }
+    // Bytes after the end belong to the next message.
+    let mut more = wire.clone();
+    more.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    let mut c = Chunked::default();
+    assert_eq!(c.feed(&more, &mut |_| {}).expect("valid"), wire.len());
+}
+
+fn chunked_errors() {
+    for bad in [
+        &b"zz\r\n"[..],
+        b"\r\n",
+        b"3\r\nabcd\r\n",
+        b"3\rx",
+        b"1234567890abcdef0\r\n",
+    ] {
+        let mut c = Chunked::default();
+        assert!(
+            c.feed(bad, &mut |_| {}).is_err(),
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
+
+fn message_boundary() {
+    let one = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+    let mut two = one.to_vec();
+    two.extend_from_slice(one);
+    let mut p = Parser::default();
+    let mut body = Vec::new();
+    let mut heads = 0;
+    let used = p
+        .feed(&two, &mut |part| match part {
+            Part::Head(h) => {
+                heads += 1;
+                assert_eq!(h.status, 200);
+            }
+            Part::Body(d) => body.extend_from_slice(d),
+        })
+        .expect("valid");
+    assert!(p.done());
+    assert_eq!(
+        (used, heads, body.as_slice()),
+        (one.len(), 1, &b"hello"[..])
+    );
+    // An incomplete head consumes nothing.
+    let mut p = Parser::default();
+    assert_eq!(p.feed(&one[..10], &mut |_| {}).expect("ok"), 0);
+    assert!(!p.done());
+    // A body-less answer is done at its head.
+    let mut p = Parser::default();
+    p.feed(
+        b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
+        &mut |_| {},
+    )
+    .expect("ok");
+    assert!(p.done());
+}
+
+fn sse_splitter() {
+    let stream = stream_events(10).concat().into_bytes();
+    for step in [1, 3, 7, 64, stream.len()] {
+        let mut s = SseSplitter::default();
+        let (mut events, mut pieces) = (0, 0);
+        for part in stream.chunks(step) {
+            s.feed(part, |ev| {
+                events += 1;
+                assert!(ev.starts_with(b"data: "), "one whole event");
+                if memchr::memmem::find(ev, PIECE_MARK).is_some() {
+                    pieces += 1;
+                }
+            });
+        }
+        assert_eq!((events, pieces), (10, pieces_in(10)), "step {step}");
+    }
+}
+
+fn reply_choice() {
+    assert_eq!(kind_of(&crate::chat_body("bench-idle", true)), Reply::Idle);
+    assert_eq!(kind_of(&crate::chat_body("bench-sse", true)), Reply::Sse);
+    assert_eq!(kind_of(&crate::chat_body("bench-chat", false)), Reply::Json);
+    assert_eq!(kind_of(&crate::big_body(false, 64 * 1024)), Reply::Json);
+}
+
+fn stream_shape() {
+    let ev = stream_events(50);
+    assert_eq!(ev.len(), 50);
+    assert_eq!(pieces_in(50), 46);
+    assert!(ev[0].contains("\"role\":\"assistant\""));
+    assert_eq!(ev.iter().filter(|e| e.contains("piece-")).count(), 46);
+    assert!(ev[48].contains("\"usage\""));
+    assert_eq!(ev[49], "data: [DONE]\n\n");
+    for e in &ev[..49] {
+        let json = e.trim_start_matches("data: ").trim_end();
+        serde_json::from_str::<serde_json::Value>(json).expect("each event is JSON");
+    }
+}
+
+fn big_bodies() {
+    for messages in [false, true] {
+        let b = crate::big_body(messages, 1024 * 1024);
+        assert_eq!(b.len(), 1024 * 1024);
+        let v: serde_json::Value = serde_json::from_slice(&b).expect("valid JSON");
+        assert_eq!(v["model"], "bench-big");
+        assert!(b.starts_with(b"{\"model\":\"bench-big\""));
+    }
+}
+
+fn proc_status() {
+    let text = "Name:\tload\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\n";
+    assert_eq!(parse_status_kb(text, "VmRSS"), Some(102_400));
+    assert_eq!(parse_status_kb(text, "VmHWM"), Some(204_800));
+    assert_eq!(parse_status_kb(text, "VmSwap"), None);
+}
+
+fn quantiles() {
+    let mut h = hist();
+    for i in 1..=1000u64 {
+        h.record(i * 1000).expect("in range");
+    }
+    assert!((us(&h, 0.5) - 500.0).abs() <= 1.0);
+    assert!((us(&h, 0.99) - 990.0).abs() <= 1.0);
+    assert!(us(&hist(), 0.5).is_nan());
+}
+
+fn lat(values_us: &[u64]) -> super::scenarios::Hist {
+    let mut h = hist();
+    for v in values_us {
+        h.record(v * 1000).expect("in range");
+    }
+    h
+}
+
+fn closed(rate: u64) -> Closed {
+    Closed {
+        requests: rate,
+        errors: 0,
+        secs: 1.0,
+        latency: lat(&[100]),
+        body_bytes: 0,
+    }
+}
+
+fn open(p50: u64, p99: u64) -> Open {
+    let mut v = vec![p50; 98];
+    v.extend([p99, p99]);
+    Open {
+        rate: 1000.0,
+        sent: 100,
+        errors: 0,
+        secs: 1.0,
+        latency: lat(&v),
+        service: lat(&v),
+        lateness: lat(&[1]),
+    }
+}
+
+fn streams(ttfb: u64, coalesced: u64) -> Streams {
+    streams_gap(ttfb, coalesced, 2000)
+}
+
+fn streams_gap(ttfb: u64, coalesced: u64, gap: u64) -> Streams {
+    let mut gaps = lat(&[gap; 100]);
+    gaps.record(1).ok();
+    Streams {
+        streams: 100,
+        errors: 0,
+        ttfb: lat(&[ttfb; 100]),
+        gaps,
+        coalesced,
+    }
+}
+
+fn idle(n: usize, before_mb: u64, open_mb: u64) -> Idle {
+    Idle {
+        wanted: n,
+        opened: n as u64,
+        errors: 0,
+        open_secs: 1.0,
+        rss_before: before_mb << 20,
+        rss_open: open_mb << 20,
+        rss_after: before_mb << 20,
+        heap_open: 0,
+    }
+}
+
+fn result(
+    name: &'static str,
+    kind: Kind,
+    rate: u64,
+    o: Open,
+    s: Streams,
+    i: Idle,
+    alloc: f64,
+) -> TargetResult {
+    TargetResult {
+        name,
+        kind,
+        closed: Some(closed(rate)),
+        open: Some(o),
+        streams: Some(s),
+        big: vec![report::Big {
+            label: "chat → chat",
+            closed: closed(10),
+            body: 1 << 20,
+            alloc_per_req: alloc,
+            upstream_per_req: (1 << 20) as f64,
+        }],
+        idle: vec![i],
+    }
+}
+
+fn meta() -> Meta {
+    Meta {
+        machine: "test".into(),
+        command: "cargo bench --bench load",
+        settings: vec![],
+        notes: vec![],
+        rss_base: 40 << 20,
+        idle_big: 10_000,
+        idle_goal: 10_000,
+    }
+}
+
+fn budget_verdicts() {
+    let m = (1u64 << 20) as f64;
+    let rs = vec![
+        result(
+            "direct",
+            Kind::Direct,
+            30_000,
+            open(50, 200),
+            streams(100, 0),
+            idle(10_000, 100, 200),
+            0.0,
+        ),
+        result(
+            "passthrough",
+            Kind::Passthrough,
+            20_000,
+            open(150, 400),
+            streams(200, 0),
+            idle(10_000, 100, 300),
+            0.1 * m,
+        ),
+        // Meets every line.
+        result(
+            "gateway (embedded)",
+            Kind::Gateway,
+            15_000,
+            open(280, 1300),
+            streams(900, 0),
+            idle(10_000, 100, 350),
+            1.2 * m,
+        ),
+        // Fails every line: 45 % throughput, +200 µs p50, TTFB +1.3 ms, 5 % coalesced
+        // (passthrough 0 %),
+        // 40 + 250 MB, three copies.
+        result(
+            "gateway (redis)",
+            Kind::Gateway,
+            9_000,
+            open(350, 1000),
+            streams(1500, 5),
+            idle(10_000, 100, 450),
+            3.1 * m,
+        ),
+    ];
+    let lines = report::budget(&rs, &meta());
+    let verdicts: Vec<(String, Option<bool>)> =
+        lines.iter().map(|l| (l.text.clone(), l.pass)).collect();
+    let get = |needle: &str, store: &str| {
+        verdicts
+            .iter()
+            .find(|(t, _)| t.contains(needle) && t.contains(store))
+            .map(|(_, p)| *p)
+            .unwrap_or_else(|| panic!("a line for {needle} / {store}"))
+    };
+    for needle in [
+        "Throughput",
+        "Added latency",
+        "time to first byte",
+        "no coalescing",
+        "idle streams",
+        "one copy",
+    ] {
+        assert_eq!(
+            get(needle, "embedded"),
+            Some(true),
+            "{needle} passes for embedded"
+        );
+        assert_eq!(
+            get(needle, "redis"),
+            Some(false),
+            "{needle} fails for redis"
+        );
+    }
+    // Redis needs only 50 %: 45 % fails, 55 % passes.
+    let mut rs2 = rs;
+    rs2[3].closed = Some(closed(11_000));
+    let l2 = report::budget(&rs2, &meta());
+    assert!(l2.iter().any(|l| l.text.contains("Throughput")
+        && l.text.contains("redis")
+        && l.pass == Some(true)));
+    // A longer median gap (events held back) fails the coalescing line.
+    let kept = rs2[2].streams.replace(streams_gap(900, 0, 3000));
+    let lg = report::budget(&rs2, &meta());
+    assert!(lg.iter().any(|l| l.text.contains("no coalescing")
+        && l.text.contains("embedded")
+        && l.pass == Some(false)));
+    rs2[2].streams = kept;
+    // Measured at 5,000 (a low descriptor limit): the share is projected to 10,000.
+    // Embedded grew 150 MB beyond direct at 5,000 → 300 MB projected: fails.
+    let mut m5 = meta();
+    m5.idle_big = 5_000;
+    let mut rs5 = rs2.iter().map(|r| r.idle[0].clone()).collect::<Vec<_>>();
+    for i in &mut rs5 {
+        i.wanted = 5_000;
+        i.opened = 5_000;
+    }
+    for (r, i) in rs2.iter_mut().zip(rs5) {
+        r.idle = vec![i];
+    }
+    let l5 = report::budget(&rs2, &m5);
+    let idle_line = l5
+        .iter()
+        .find(|l| l.text.contains("10000 concurrent idle") && l.text.contains("embedded"))
+        .expect("the line names the budget's count");
+    assert_eq!(idle_line.pass, Some(false), "{}", idle_line.measured);
+    assert!(idle_line.measured.contains("projected"));
+    // An error anywhere fails the line.
+    rs2[2].idle[0].errors = 1;
+    let l3 = report::budget(&rs2, &m5);
+    assert!(l3
+        .iter()
+        .any(|l| l.text.contains("idle") && l.text.contains("embedded") && l.pass == Some(false)));
+}
+
+fn report_and_chart() {
+    let rs = vec![
+        result(
+            "direct",
+            Kind::Direct,
+            30_000,
+            open(50, 200),
+            streams(100, 0),
+            idle(100, 10, 20),
+            0.0,
+        ),
+        result(
+            "passthrough <pingora>",
+            Kind::Passthrough,
+            20_000,
+            open(150, 400),
+            streams(200, 0),
+            idle(100, 10, 30),
+            1.0,
+        ),
+        result(
+            "gateway (embedded)",
+            Kind::Gateway,
+            15_000,
+            open(280, 1300),
+            streams(900, 0),
+            idle(100, 10, 40),
+            2.0,
+        ),
+    ];
+    let mut m = meta();
+    m.idle_big = 100;
+    let lines = report::budget(&rs, &m);
+    let md = report::markdown(&rs, &m, &lines);
+    for l in &lines {
+        assert!(md.contains(&l.text), "the report shows every budget line");
+    }
+    for section in [
+        "closed loop",
+        "open loop",
+        "Streaming",
+        "1 MiB",
+        "idle streams",
+    ] {
+        assert!(md.contains(section), "{section}");
+    }
+    let svg = report::svg(&rs);
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(
+        svg.contains("passthrough &lt;pingora&gt;"),
+        "names are escaped"
+    );
+    assert!(!svg.contains("NaN") && !svg.contains("inf"));
+    assert_eq!(svg.matches("<svg").count(), 1);
+}

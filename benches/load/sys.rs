@@ -1,0 +1,164 @@
+//! What the process itself can tell about the machine and about its own use of it:
+//! file descriptor limits, resident memory, heap bytes allocated (a counting allocator,
+//! on only while a scenario asks for it), precise sleeping.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// The system allocator, counting the bytes asked for while [`count_allocations`] is on.
+/// Off, it costs one relaxed load per allocation: the contended counter would otherwise
+/// tax every target (the gateway allocates more than the passthrough, so the tax would
+/// not be even).
+pub struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATED: AtomicU64 = AtomicU64::new(0);
+/// Allocated less freed while counting: the heap a scenario holds.
+static LIVE: AtomicI64 = AtomicI64::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATED.fetch_add(layout.size() as u64, Ordering::Relaxed);
+            LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded as is to the system allocator.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATED.fetch_add(layout.size() as u64, Ordering::Relaxed);
+            LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded as is to the system allocator.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            // A growing realloc may move: count the new size, as a fresh buffer would.
+            ALLOCATED.fetch_add(new_size as u64, Ordering::Relaxed);
+            LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded as is to the system allocator.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if COUNTING.load(Ordering::Relaxed) {
+            LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
+        }
+        // SAFETY: forwarded as is to the system allocator.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+/// Turns allocation counting on or off; returns the bytes counted so far.
+pub fn count_allocations(on: bool) -> u64 {
+    COUNTING.store(on, Ordering::SeqCst);
+    ALLOCATED.load(Ordering::SeqCst)
+}
+
+/// Heap bytes allocated and not freed while counting was on.
+pub fn live_bytes() -> i64 {
+    LIVE.load(Ordering::SeqCst)
+}
+
+/// Raises the open-file limit as far as allowed. Returns the soft limit now in force.
+/// 10,000 streams through a proxy in one process hold four descriptors each (client,
+/// proxy's downstream, proxy's upstream, mock upstream).
+pub fn raise_fd_limit(want: u64) -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 1024;
+    }
+    if lim.rlim_cur >= want {
+        return lim.rlim_cur;
+    }
+    // Root may raise the hard limit too; anyone may raise the soft one up to the hard.
+    let raised = libc::rlimit {
+        rlim_cur: want,
+        rlim_max: want.max(lim.rlim_max),
+    };
+    // SAFETY: setrlimit reads the struct we own.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+        return want;
+    }
+    let soft = libc::rlimit {
+        rlim_cur: lim.rlim_max,
+        rlim_max: lim.rlim_max,
+    };
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &soft) } == 0 {
+        return lim.rlim_max;
+    }
+    lim.rlim_cur
+}
+
+/// A field of `/proc/self/status` in kB (`VmRSS`, `VmHWM`).
+pub fn status_kb(field: &str) -> u64 {
+    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    parse_status_kb(&text, field).unwrap_or(0)
+}
+
+pub fn parse_status_kb(text: &str, field: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(field)?.strip_prefix(':')?;
+        rest.trim().trim_end_matches("kB").trim().parse().ok()
+    })
+}
+
+/// Resident memory of the whole process, in bytes, after giving freed heap back to the
+/// system (so a scenario's figure is not hidden by memory an earlier one freed).
+pub fn rss_bytes_trimmed() -> u64 {
+    // SAFETY: malloc_trim only releases free memory at the top of glibc's heaps.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    status_kb("VmRSS") * 1024
+}
+
+/// Makes this thread's sleeps wake on time (the default slack is 50 µs), for the
+/// open-loop pacer.
+pub fn tight_timer_slack() {
+    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only this thread.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+/// Sleeps until `t` (no-op when `t` has passed).
+pub fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        std::thread::sleep(t - now);
+    }
+}
+
+/// One line about the machine: CPU model, cores, kernel.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    format!("{cpu}, {cores} cores, Linux {kernel}")
+}
+
+pub fn mb(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
