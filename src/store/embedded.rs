@@ -55,6 +55,8 @@ CREATE INDEX IF NOT EXISTS usage_key ON usage(key_id, seq);
 pub struct EmbeddedStore {
     dir: PathBuf,
     jobs: Mutex<mpsc::Sender<Job>>,
+    /// Dropping the store stops the checkpoint thread.
+    _checkpoints: mpsc::Sender<()>,
     lock: Mutex<Option<File>>,
     /// Per-key (minute window, count); a single node needs no shared counter.
     rates: Mutex<HashMap<String, (i64, u32)>>,
@@ -72,17 +74,28 @@ impl EmbeddedStore {
         let conn = Connection::open(dir.join("gateway.db")).map_err(internal)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(internal)?;
-        conn.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")
-            .map_err(internal)?;
+        // Checkpoints run on their own thread (below), not inside a request's COMMIT.
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0;",
+        )
+        .map_err(internal)?;
         conn.execute_batch(SCHEMA).map_err(internal)?;
+        conn.set_prepared_statement_cache_capacity(64);
+        let checkpoints = Connection::open(dir.join("gateway.db")).map_err(internal)?;
         let (tx, rx) = mpsc::channel::<Job>();
+        let (stop, stopped) = mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("embedded-store".into())
             .spawn(move || writer(conn, rx))
             .map_err(internal)?;
+        std::thread::Builder::new()
+            .name("embedded-checkpoint".into())
+            .spawn(move || checkpointer(checkpoints, stopped))
+            .map_err(internal)?;
         Ok(EmbeddedStore {
             dir: dir.to_path_buf(),
             jobs: Mutex::new(tx),
+            _checkpoints: stop,
             lock: Mutex::new(None),
             rates: Mutex::new(HashMap::new()),
             inserts: AtomicU64::new(0),
@@ -103,8 +116,7 @@ impl EmbeddedStore {
         let conn = Connection::open(self.dir.join("gateway.db")).map_err(internal)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(internal)?;
-        conn.execute("DELETE FROM reservations", [])
-            .map_err(internal)?;
+        exec(&conn, "DELETE FROM reservations", []).map_err(internal)?;
         Ok(())
     }
 
@@ -132,19 +144,35 @@ impl EmbeddedStore {
     }
 }
 
+/// Runs one statement, compiled once per connection (the writer runs the same few
+/// statements for every request; compiling them each time cost more than running them).
+fn exec(c: &Connection, sql: &str, p: impl rusqlite::Params) -> rusqlite::Result<usize> {
+    c.prepare_cached(sql)?.execute(p)
+}
+
 fn in_savepoint<T>(
     conn: &Connection,
     f: impl FnOnce(&Connection) -> StoreResult<T>,
 ) -> StoreResult<T> {
-    conn.execute_batch("SAVEPOINT job").map_err(internal)?;
+    exec(conn, "SAVEPOINT job", []).map_err(internal)?;
     let r = f(conn);
-    let end = if r.is_ok() {
-        "RELEASE job"
-    } else {
-        "ROLLBACK TO job; RELEASE job"
-    };
-    conn.execute_batch(end).map_err(internal)?;
+    if r.is_err() {
+        exec(conn, "ROLLBACK TO job", []).map_err(internal)?;
+    }
+    exec(conn, "RELEASE job", []).map_err(internal)?;
     r
+}
+
+/// How often the write-ahead log is copied back into the database file.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Passive checkpoints never block the writer; the log stays small under any load.
+fn checkpointer(conn: Connection, stop: mpsc::Receiver<()>) {
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
+        if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);") {
+            tracing::warn!(error = %e, "embedded store checkpoint failed");
+        }
+    }
 }
 
 fn writer(conn: Connection, rx: mpsc::Receiver<Job>) {
@@ -156,15 +184,15 @@ fn writer(conn: Connection, rx: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(e) = exec(&conn, "BEGIN IMMEDIATE", []) {
             // Dropping the jobs drops their reply channels: each caller gets an error.
             tracing::error!(error = %e, "embedded store cannot begin a transaction");
             continue;
         }
         let finishes: Vec<Finish> = batch.into_iter().map(|job| job(&conn)).collect();
-        let err = conn.execute_batch("COMMIT").map_err(internal).err();
+        let err = exec(&conn, "COMMIT", []).map_err(internal).err();
         if err.is_some() {
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = exec(&conn, "ROLLBACK", []);
         }
         for f in finishes {
             f(err.clone());
@@ -196,13 +224,9 @@ fn key_from_row(r: &Row<'_>) -> rusqlite::Result<KeyRecord> {
 }
 
 fn get_key(conn: &Connection, id: &str) -> StoreResult<Option<KeyRecord>> {
-    conn.query_row(
-        &format!("SELECT {KEY_COLUMNS} FROM keys WHERE id = ?1"),
-        [id],
-        key_from_row,
-    )
-    .optional()
-    .map_err(internal)
+    conn.prepare_cached(&format!("SELECT {KEY_COLUMNS} FROM keys WHERE id = ?1"))
+        .and_then(|mut st| st.query_row([id], key_from_row).optional())
+        .map_err(internal)
 }
 
 fn json_list(v: &[String]) -> String {
@@ -214,8 +238,8 @@ impl Store for EmbeddedStore {
     async fn create_key(&self, rec: &KeyRecord) -> StoreResult<()> {
         let r = rec.clone();
         self.call(move |c| {
-            let n = c
-                .execute(
+            let n = exec(
+                c,
                     "INSERT OR IGNORE INTO keys (id, hash, display, name, status, created_at, expires_at,
                        models, allow_ips, rpm, quota_limit, quota_used)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
@@ -258,7 +282,8 @@ impl Store for EmbeddedStore {
                 return Ok(None);
             };
             patch.apply(&mut rec);
-            c.execute(
+            exec(
+                c,
                 "UPDATE keys SET name = ?2, status = ?3, expires_at = ?4, models = ?5, allow_ips = ?6,
                    rpm = ?7, quota_limit = ?8 WHERE id = ?1",
                 params![
@@ -275,11 +300,8 @@ impl Store for EmbeddedStore {
     async fn delete_key(&self, id: &str) -> StoreResult<bool> {
         let id = id.to_string();
         self.call(move |c| {
-            c.execute("DELETE FROM reservations WHERE key_id = ?1", [&id])
-                .map_err(internal)?;
-            Ok(c.execute("DELETE FROM keys WHERE id = ?1", [&id])
-                .map_err(internal)?
-                > 0)
+            exec(c, "DELETE FROM reservations WHERE key_id = ?1", [&id]).map_err(internal)?;
+            Ok(exec(c, "DELETE FROM keys WHERE id = ?1", [&id]).map_err(internal)? > 0)
         })
         .await
     }
@@ -295,7 +317,8 @@ impl Store for EmbeddedStore {
     ) -> StoreResult<Result<Reservation, ReserveDenied>> {
         let (key_id, rid) = (key_id.to_string(), reservation_id.to_string());
         self.call(move |c| {
-            c.execute(
+            exec(
+                c,
                 "DELETE FROM reservations WHERE key_id = ?1 AND expires_at <= ?2",
                 params![key_id, now],
             )
@@ -313,11 +336,10 @@ impl Store for EmbeddedStore {
                 None => max,
                 Some(limit) => {
                     let reserved: i64 = c
-                        .query_row(
+                        .prepare_cached(
                             "SELECT COALESCE(SUM(amount), 0) FROM reservations WHERE key_id = ?1",
-                            [&key_id],
-                            |r| r.get(0),
                         )
+                        .and_then(|mut st| st.query_row([&key_id], |r| r.get(0)))
                         .map_err(internal)?;
                     let available = limit - rec.quota_used - reserved;
                     if available < min {
@@ -326,7 +348,8 @@ impl Store for EmbeddedStore {
                     max.min(available)
                 }
             };
-            c.execute(
+            exec(
+                c,
                 "INSERT OR REPLACE INTO reservations (id, key_id, amount, expires_at) VALUES (?1, ?2, ?3, ?4)",
                 params![rid, key_id, amount, now.saturating_add(ttl_secs as i64)],
             )
@@ -344,9 +367,9 @@ impl Store for EmbeddedStore {
         let r = reservation.clone();
         let actual = actual.max(0);
         self.call(move |c| {
-            c.execute("DELETE FROM reservations WHERE id = ?1", [&r.id])
-                .map_err(internal)?;
-            c.execute(
+            exec(c, "DELETE FROM reservations WHERE id = ?1", [&r.id]).map_err(internal)?;
+            exec(
+                c,
                 "UPDATE keys SET quota_used = quota_used + ?2 WHERE id = ?1",
                 params![r.key_id, actual],
             )
@@ -378,10 +401,11 @@ impl Store for EmbeddedStore {
         let key_id = rec.key_id.clone();
         let prune = self.inserts.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
         self.call(move |c| {
-            c.execute("INSERT INTO usage (key_id, record) VALUES (?1, ?2)", params![key_id, text])
+            exec(c, "INSERT INTO usage (key_id, record) VALUES (?1, ?2)", params![key_id, text])
                 .map_err(internal)?;
             if prune {
-                c.execute(
+                exec(
+                c,
                     "DELETE FROM usage WHERE key_id = ?1 AND seq <= (
                        SELECT seq FROM usage WHERE key_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
                     params![key_id, USAGE_PER_KEY],
