@@ -24,7 +24,12 @@ established, quoted exactly where exactness matters;
 Leave out pleasantries, repetition and anything that no longer matters. Do not call \
 tools, and do not continue the conversation: write only the summary.";
 
-pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
+/// The body's object and its conversation, refusing server-side state and an empty
+/// conversation (`empty` says why one is needed).
+fn conversation_of(
+    body: Value,
+    empty: &str,
+) -> Result<(serde_json::Map<String, Value>, ir::Request), Invalid> {
     let Value::Object(mut obj) = body else {
         return Err(Invalid {
             param: None,
@@ -32,13 +37,18 @@ pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
         });
     };
     refuse_server_state(&obj)?;
-    let mut req = conversation(&mut obj)?;
+    let req = conversation(&mut obj)?;
     if req.messages.is_empty() {
-        return Err(invalid(
-            "input",
-            "`input` must hold at least one message for this model.",
-        ));
+        return Err(invalid("input", empty));
     }
+    Ok((obj, req))
+}
+
+pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
+    let (obj, mut req) = conversation_of(
+        body,
+        "`input` must hold at least one message for this model.",
+    )?;
     req.max_tokens = obj.get("max_output_tokens").and_then(Value::as_u64);
     req.temperature = obj.get("temperature").and_then(Value::as_f64);
     req.top_p = obj.get("top_p").and_then(Value::as_f64);
@@ -58,20 +68,7 @@ pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
 /// `/v1/responses/compact` for an upstream without a native Responses API: the same
 /// conversation, then a request to summarise it.
 pub fn compact_to_ir(body: Value) -> Result<ir::Request, Invalid> {
-    let Value::Object(mut obj) = body else {
-        return Err(Invalid {
-            param: None,
-            message: "The request body must be a JSON object.".into(),
-        });
-    };
-    refuse_server_state(&obj)?;
-    let mut req = conversation(&mut obj)?;
-    if req.messages.is_empty() {
-        return Err(invalid(
-            "input",
-            "`input` must hold the conversation to compact.",
-        ));
-    }
+    let (obj, mut req) = conversation_of(body, "`input` must hold the conversation to compact.")?;
     // Function definitions stay when the client sent them: some upstreams refuse a
     // history with tool calls but no tools. The summary itself must not call any, so
     // built-in tools, which could not be translated, are simply left out.
