@@ -21,32 +21,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const ROUNDS: usize = 7;
-const ROUND_TIME: Duration = Duration::from_millis(150);
 /// Store operations in flight at once in the concurrent rows (a busy gateway's shape).
+#[path = "common/timing.rs"]
+mod timing;
+
 const IN_FLIGHT: usize = 32;
 /// Requests in the tail-latency row.
 const TAIL_SAMPLES: usize = 5_000;
-
-/// Median seconds per iteration of `f` (or one iteration in the smoke run).
-fn time(quick: bool, mut f: impl FnMut()) -> f64 {
-    if quick {
-        f();
-        return f64::NAN;
-    }
-    let mut per_iter = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
-        let start = Instant::now();
-        let mut n = 0u64;
-        while start.elapsed() < ROUND_TIME {
-            f();
-            n += 1;
-        }
-        per_iter.push(start.elapsed().as_secs_f64() / n as f64);
-    }
-    per_iter.sort_by(f64::total_cmp);
-    per_iter[ROUNDS / 2]
-}
 
 /// Median seconds per batch of an async operation, on `rt`.
 fn time_async<F, Fut>(quick: bool, rt: &tokio::runtime::Runtime, mut f: F) -> f64
@@ -59,18 +40,18 @@ where
             f().await;
             return f64::NAN;
         }
-        let mut per_iter = Vec::with_capacity(ROUNDS);
-        for _ in 0..ROUNDS {
+        let mut per_iter = Vec::with_capacity(timing::ROUNDS);
+        for _ in 0..timing::ROUNDS {
             let start = Instant::now();
             let mut n = 0u64;
-            while start.elapsed() < ROUND_TIME {
+            while start.elapsed() < timing::ROUND_TIME {
                 f().await;
                 n += 1;
             }
             per_iter.push(start.elapsed().as_secs_f64() / n as f64);
         }
         per_iter.sort_by(f64::total_cmp);
-        per_iter[ROUNDS / 2]
+        per_iter[timing::ROUNDS / 2]
     })
 }
 
@@ -301,7 +282,7 @@ fn main() {
     // Warm the cache: the measured path is the hit every request after the first takes.
     let hash = keys::hash(&secret);
     rt.block_on(gw.keys.get(&rec.id, &hash)).expect("key found");
-    let s = time(quick, || {
+    let s = timing::median(quick, || {
         let k = credentials::extract(&headers, None, Accepts::default());
         std::hint::black_box(k);
     });
@@ -311,14 +292,14 @@ fn main() {
         s,
         "",
     );
-    let s = time(quick, || {
+    let s = timing::median(quick, || {
         let k = std::hint::black_box(&secret);
         let ok = keys::is_well_formed(k);
         let h = keys::hash(k);
         std::hint::black_box((ok, keys::id_from_hash(&h)));
     });
     row(&mut report, "key format check + SHA-256 + id", s, "");
-    let s = time(quick, || {
+    let s = timing::median(quick, || {
         let k = gw.keys.get(&rec.id, &hash).now_or_never();
         assert!(
             matches!(k, Some(Ok(_))),
@@ -326,7 +307,7 @@ fn main() {
         );
     });
     row(&mut report, "key cache lookup (hit)", s, "");
-    let s = time(quick, || {
+    let s = timing::median(quick, || {
         let k = auth::authenticate(&gw, &headers, None, Accepts::default(), ip).now_or_never();
         assert!(matches!(k, Some(Ok(_))), "authenticates without waiting");
     });
@@ -339,7 +320,7 @@ fn main() {
 
     // SSE decoding.
     let stream = chat_stream(2000);
-    let s = time(quick, || {
+    let s = timing::median(quick, || {
         let mut d = Decoder::new();
         let mut out = Vec::with_capacity(64);
         let mut n = 0;
@@ -361,7 +342,7 @@ fn main() {
         ),
     );
     let one_event = &stream[..memchr::memmem::find(&stream, b"\n\n").map_or(0, |i| i + 2)];
-    let s = time(quick, || {
+    let s = timing::median(quick, || {
         let mut d = Decoder::new();
         let mut out = Vec::with_capacity(1);
         d.feed(one_event, &mut out).expect("bounded");

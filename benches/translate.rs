@@ -9,10 +9,9 @@ use model_gateway::protocol::{
 };
 use serde_json::{json, Value};
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
 
-const ROUNDS: usize = 7;
-const ROUND_TIME: Duration = Duration::from_millis(150);
+#[path = "common/timing.rs"]
+mod timing;
 
 fn name(p: Protocol) -> &'static str {
     match p {
@@ -21,22 +20,6 @@ fn name(p: Protocol) -> &'static str {
         Protocol::Gemini => "gemini",
         Protocol::Responses => "responses",
     }
-}
-
-/// Median seconds per iteration of `f`.
-fn time(mut f: impl FnMut()) -> f64 {
-    let mut per_iter = Vec::with_capacity(ROUNDS);
-    for _ in 0..ROUNDS {
-        let start = Instant::now();
-        let mut n = 0u64;
-        while start.elapsed() < ROUND_TIME {
-            f();
-            n += 1;
-        }
-        per_iter.push(start.elapsed().as_secs_f64() / n as f64);
-    }
-    per_iter.sort_by(f64::total_cmp);
-    per_iter[ROUNDS / 2]
 }
 
 /// A ~100 KiB agent-style conversation in the client's protocol: many turns of prose
@@ -191,7 +174,7 @@ fn main() {
                 run();
                 continue;
             } else {
-                time(run)
+                timing::median(false, run)
             };
             let mbps = body.len() as f64 / secs / 1e6;
             let _ = writeln!(
@@ -230,7 +213,7 @@ fn main() {
                 run();
                 continue;
             } else {
-                time(run)
+                timing::median(false, run)
             };
             let _ = writeln!(
                 report,
