@@ -66,6 +66,19 @@ pub enum GatewayError {
     Upstream(UpstreamFailure),
 }
 
+/// A refused reservation, as the client sees it.
+impl From<crate::store::ReserveDenied> for GatewayError {
+    fn from(d: crate::store::ReserveDenied) -> GatewayError {
+        use crate::store::ReserveDenied;
+        match d {
+            ReserveDenied::NotFound => GatewayError::UnknownKey,
+            ReserveDenied::Disabled => GatewayError::KeyDisabled,
+            ReserveDenied::Expired => GatewayError::KeyExpired,
+            ReserveDenied::QuotaExhausted => GatewayError::QuotaExhausted,
+        }
+    }
+}
+
 impl GatewayError {
     pub fn bad_request(param: Option<&str>, message: impl Into<String>) -> GatewayError {
         GatewayError::BadRequest {

@@ -239,12 +239,7 @@ const LOWEST_BYTES_PER_SECOND: f64 = 1_000.0;
 /// 128 kbit/s: a common bitrate for uploaded speech; the estimate when nothing is reported.
 const TYPICAL_BYTES_PER_SECOND: f64 = 16_000.0;
 
-fn invalid(param: &str, message: impl Into<String>) -> Invalid {
-    Invalid {
-        param: Some(param.to_string()),
-        message: message.into(),
-    }
-}
+use crate::protocol::invalid;
 
 fn optional<'a>(obj: &'a Map<String, Value>, name: &str) -> Option<&'a Value> {
     obj.get(name).filter(|v| !v.is_null())

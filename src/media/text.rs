@@ -7,19 +7,7 @@ use serde_json::Value;
 /// The model moderation requests use when they name none (the API's own default).
 pub const DEFAULT_MODERATION_MODEL: &str = "omni-moderation-latest";
 
-fn invalid(param: &str, message: impl Into<String>) -> Invalid {
-    Invalid {
-        param: Some(param.to_string()),
-        message: message.into(),
-    }
-}
-
-fn object(body: &Value) -> Result<&serde_json::Map<String, Value>, Invalid> {
-    body.as_object().ok_or_else(|| Invalid {
-        param: None,
-        message: "The request body must be a JSON object.".into(),
-    })
-}
+use crate::protocol::invalid;
 
 /// `model` as a non-empty string, when present.
 fn model_field(obj: &serde_json::Map<String, Value>) -> Result<Option<String>, Invalid> {
@@ -43,7 +31,7 @@ fn is_token_list(v: &Value) -> bool {
 /// such lists; `model` comes from the body or, on `/v1/engines/{model}/embeddings`,
 /// from the path.
 pub fn check_embeddings(body: &Value, path_model: Option<&str>) -> Result<String, Invalid> {
-    let obj = object(body)?;
+    let obj = crate::protocol::body_object(body)?;
     let model = match path_model {
         Some(m) => m.to_string(),
         None => required_model(obj)?,
@@ -91,7 +79,7 @@ pub fn check_embeddings(body: &Value, path_model: Option<&str>) -> Result<String
 /// Spec 4.22: `model`, `query` (string) and `documents` (strings or objects) required;
 /// `top_n` a positive integer; `return_documents` a boolean.
 pub fn check_rerank(body: &Value) -> Result<String, Invalid> {
-    let obj = object(body)?;
+    let obj = crate::protocol::body_object(body)?;
     let model = required_model(obj)?;
     match obj.get("query") {
         Some(Value::String(q)) if !q.is_empty() => {}
@@ -102,7 +90,7 @@ pub fn check_rerank(body: &Value) -> Result<String, Invalid> {
         Some(Value::Array(docs)) if !docs.is_empty() => {
             if let Some(i) = docs.iter().position(|d| !(d.is_string() || d.is_object())) {
                 return Err(invalid(
-                    &format!("documents[{i}]"),
+                    format!("documents[{i}]"),
                     "Each document must be a string or an object.",
                 ));
             }
@@ -134,7 +122,7 @@ pub fn check_rerank(body: &Value) -> Result<String, Invalid> {
 /// Moderation: `input` (a string, a list of strings, or a list of text/image parts)
 /// required; `model` defaults to the API's own default.
 pub fn check_moderation(body: &Value) -> Result<String, Invalid> {
-    let obj = object(body)?;
+    let obj = crate::protocol::body_object(body)?;
     let model = model_field(obj)?.unwrap_or_else(|| DEFAULT_MODERATION_MODEL.to_string());
     let ok = match obj.get("input") {
         Some(Value::String(s)) => !s.is_empty(),

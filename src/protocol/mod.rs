@@ -112,6 +112,31 @@ fn unsupported(client: Protocol, upstream: Protocol) -> Invalid {
     }
 }
 
+/// A 400 naming `param`.
+pub(crate) fn invalid(param: impl AsRef<str>, message: impl Into<String>) -> Invalid {
+    Invalid {
+        param: Some(param.as_ref().to_string()),
+        message: message.into(),
+    }
+}
+
+/// The body as a JSON object, or the 400 every protocol answers when it is not one.
+pub(crate) fn body_object(body: &Value) -> Result<&serde_json::Map<String, Value>, Invalid> {
+    body.as_object().ok_or_else(|| Invalid {
+        param: None,
+        message: "The request body must be a JSON object.".into(),
+    })
+}
+
+/// `model` as the JSON protocols require it: a non-empty string.
+pub(crate) fn check_model(model: Option<&Value>) -> Result<(), Invalid> {
+    match model {
+        Some(Value::String(m)) if !m.is_empty() => Ok(()),
+        Some(_) => Err(invalid("model", "`model` must be a non-empty string.")),
+        None => Err(invalid("model", "`model` is required.")),
+    }
+}
+
 /// Same-protocol requests: the body as it came, with only the model renamed.
 pub(crate) fn with_model(mut body: Value, model: &str) -> Vec<u8> {
     if let Some(obj) = body.as_object_mut() {

@@ -108,6 +108,22 @@ impl Decoder {
     }
 }
 
+/// Writes one event: `event: NAME` (when named), then every line of `data` as a
+/// `data:` line, then the blank line that ends it.
+pub fn write_event(out: &mut Vec<u8>, name: Option<&str>, data: &str) {
+    if let Some(n) = name {
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(n.as_bytes());
+        out.push(b'\n');
+    }
+    for line in data.split('\n') {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(line.as_bytes());
+        out.push(b'\n');
+    }
+    out.push(b'\n');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -79,7 +79,6 @@ use crate::ids;
 use crate::protocol::Invalid;
 use crate::proxy::Ctx;
 use crate::relay::ERROR_BODY_LIMIT;
-use crate::store::ReserveDenied;
 use billing::{Account, Meter};
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType};
@@ -160,12 +159,7 @@ async fn begin(
         )
         .await
         .map_err(|e| store_error(&e))?
-        .map_err(|d| match d {
-            ReserveDenied::NotFound => GatewayError::UnknownKey,
-            ReserveDenied::Disabled => GatewayError::KeyDisabled,
-            ReserveDenied::Expired => GatewayError::KeyExpired,
-            ReserveDenied::QuotaExhausted => GatewayError::QuotaExhausted,
-        })?;
+        .map_err(GatewayError::from)?;
     ctx.record_mut().channel = channel.name.clone();
     // Pingora ends a session silent both ways for 60 s (its client read timeout, restarted
     // by traffic either way); a realtime user may think longer. The channel's read

@@ -20,7 +20,7 @@ use crate::protocol::{self, Protocol, RequestOptions, ResponseContext, Usage};
 use crate::proxy::ctx::respond;
 use crate::proxy::route::Relay;
 use crate::proxy::Ctx;
-use crate::store::{Micros, ReserveDenied};
+use crate::store::Micros;
 use bytes::Bytes;
 use pingora::proxy::Session;
 use serde_json::Value;
@@ -128,12 +128,7 @@ pub(crate) async fn reserve(
         )
         .await
         .map_err(|e| crate::api::store_error(&e))?
-        .map_err(|d| match d {
-            ReserveDenied::NotFound => GatewayError::UnknownKey,
-            ReserveDenied::Disabled => GatewayError::KeyDisabled,
-            ReserveDenied::Expired => GatewayError::KeyExpired,
-            ReserveDenied::QuotaExhausted => GatewayError::QuotaExhausted,
-        })?;
+        .map_err(GatewayError::from)?;
     Ok(ReservationGuard::new(gw.store.clone(), reservation))
 }
 

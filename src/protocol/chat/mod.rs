@@ -28,12 +28,7 @@ use super::{
 };
 use serde_json::{json, Map, Value};
 
-fn invalid(param: &str, message: impl Into<String>) -> Invalid {
-    Invalid {
-        param: Some(param.to_string()),
-        message: message.into(),
-    }
-}
+use super::invalid;
 
 /// A field, its type check, and the type's name for the message.
 type TypedField = (&'static str, fn(&Value) -> bool, &'static str);
@@ -41,15 +36,8 @@ type TypedField = (&'static str, fn(&Value) -> bool, &'static str);
 /// Spec 2.2a: `model` (string) and `messages` (array of objects with `role` and
 /// `content`); the common optional fields must have their JSON types.
 pub fn validate(body: &Value) -> Result<(), Invalid> {
-    let obj = body.as_object().ok_or_else(|| Invalid {
-        param: None,
-        message: "The request body must be a JSON object.".into(),
-    })?;
-    match obj.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => {}
-        Some(_) => return Err(invalid("model", "`model` must be a non-empty string.")),
-        None => return Err(invalid("model", "`model` is required.")),
-    }
+    let obj = super::body_object(body)?;
+    super::check_model(obj.get("model"))?;
     let messages = match obj.get("messages") {
         Some(Value::Array(m)) => m,
         Some(_) => return Err(invalid("messages", "`messages` must be an array.")),
@@ -61,19 +49,19 @@ pub fn validate(body: &Value) -> Result<(), Invalid> {
     for (i, m) in messages.iter().enumerate() {
         let m = m
             .as_object()
-            .ok_or_else(|| invalid(&format!("messages[{i}]"), "Each message must be an object."))?;
+            .ok_or_else(|| invalid(format!("messages[{i}]"), "Each message must be an object."))?;
         match m.get("role") {
             Some(Value::String(_)) => {}
             _ => {
                 return Err(invalid(
-                    &format!("messages[{i}].role"),
+                    format!("messages[{i}].role"),
                     "Each message needs a string `role`.",
                 ))
             }
         }
         if !m.contains_key("content") && !m.contains_key("tool_calls") {
             return Err(invalid(
-                &format!("messages[{i}].content"),
+                format!("messages[{i}].content"),
                 "Each message needs `content`.",
             ));
         }

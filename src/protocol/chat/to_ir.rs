@@ -147,7 +147,7 @@ fn convert_messages(messages: &[Value], req: &mut ir::Request) -> Result<(), Inv
         let role = m["role"].as_str().unwrap_or_default();
         if m.get("function_call").is_some_and(|v| !v.is_null()) {
             return Err(invalid(
-                &at("function_call"),
+                at("function_call"),
                 "Legacy `function_call` messages are not supported here; use `tool_calls`.",
             ));
         }
@@ -185,7 +185,7 @@ fn convert_messages(messages: &[Value], req: &mut ir::Request) -> Result<(), Inv
             "tool" => {
                 let Some(call_id) = m["tool_call_id"].as_str() else {
                     return Err(invalid(
-                        &at("tool_call_id"),
+                        at("tool_call_id"),
                         "A `tool` message needs a string `tool_call_id`.",
                     ));
                 };
@@ -210,13 +210,13 @@ fn convert_messages(messages: &[Value], req: &mut ir::Request) -> Result<(), Inv
             }
             "function" => {
                 return Err(invalid(
-                    &at("role"),
+                    at("role"),
                     "Legacy `function` messages are not supported here; use `tool` messages.",
                 ))
             }
             other => {
                 return Err(invalid(
-                    &at("role"),
+                    at("role"),
                     format!("Unknown message role `{other}`."),
                 ))
             }
@@ -236,7 +236,7 @@ fn text_parts(content: &Value, at: &str) -> Result<Vec<String>, Invalid> {
             .map(|(j, p)| match (p["type"].as_str(), p["text"].as_str()) {
                 (Some("text"), Some(t)) => Ok(t.to_string()),
                 _ => Err(invalid(
-                    &format!("{at}[{j}]"),
+                    format!("{at}[{j}]"),
                     "Only text parts are allowed here.",
                 )),
             })
@@ -307,7 +307,7 @@ fn assistant_content(m: &Value, i: usize) -> Result<Vec<Part>, Invalid> {
     let at = |field: &str| format!("messages[{i}].{field}");
     if m.get("audio").is_some_and(|v| !v.is_null()) {
         return Err(invalid(
-            &at("audio"),
+            at("audio"),
             "Earlier audio answers cannot be sent to this model.",
         ));
     }
@@ -334,7 +334,7 @@ fn assistant_content(m: &Value, i: usize) -> Result<Vec<Part>, Invalid> {
                     }
                     _ => {
                         return Err(invalid(
-                            &format!("{}[{j}]", at("content")),
+                            format!("{}[{j}]", at("content")),
                             "Assistant content may hold only `text` and `refusal` parts.",
                         ))
                     }
@@ -343,7 +343,7 @@ fn assistant_content(m: &Value, i: usize) -> Result<Vec<Part>, Invalid> {
         }
         _ => {
             return Err(invalid(
-                &at("content"),
+                at("content"),
                 "`content` must be a string or an array of parts.",
             ))
         }
@@ -358,7 +358,7 @@ fn assistant_content(m: &Value, i: usize) -> Result<Vec<Part>, Invalid> {
     out.retain(|p| !matches!(p, Part::Text(t) if t.is_empty()));
     if let Some(calls) = m.get("tool_calls").filter(|v| !v.is_null()) {
         let Some(calls) = calls.as_array() else {
-            return Err(invalid(&at("tool_calls"), "`tool_calls` must be an array."));
+            return Err(invalid(at("tool_calls"), "`tool_calls` must be an array."));
         };
         for (k, c) in calls.iter().enumerate() {
             out.push(Part::ToolCall(tool_call(
@@ -373,19 +373,19 @@ fn assistant_content(m: &Value, i: usize) -> Result<Vec<Part>, Invalid> {
 fn tool_call(c: &Value, at: &str) -> Result<ir::ToolCall, Invalid> {
     if c["type"].as_str().is_some_and(|t| t != "function") {
         return Err(invalid(
-            &format!("{at}.type"),
+            format!("{at}.type"),
             "Only `function` tool calls are supported here.",
         ));
     }
     let Some(id) = c["id"].as_str().filter(|s| !s.is_empty()) else {
         return Err(invalid(
-            &format!("{at}.id"),
+            format!("{at}.id"),
             "A tool call needs a string `id`.",
         ));
     };
     let Some(name) = c["function"]["name"].as_str() else {
         return Err(invalid(
-            &format!("{at}.function.name"),
+            format!("{at}.function.name"),
             "A tool call needs `function.name`.",
         ));
     };
@@ -410,18 +410,18 @@ fn tool(i: usize, t: &Value) -> Result<ir::Tool, Invalid> {
         Some("function") => {}
         Some(other) => {
             return Err(invalid(
-                &format!("{at}.type"),
+                format!("{at}.type"),
                 format!(
                 "Tool type `{other}` is not available for this model; only `function` tools are."
             ),
             ))
         }
-        None => return Err(invalid(&format!("{at}.type"), "Each tool needs a `type`.")),
+        None => return Err(invalid(format!("{at}.type"), "Each tool needs a `type`.")),
     }
     let f = &t["function"];
     let Some(name) = f["name"].as_str().filter(|s| !s.is_empty()) else {
         return Err(invalid(
-            &format!("{at}.function.name"),
+            format!("{at}.function.name"),
             "Each tool needs `function.name`.",
         ));
     };

@@ -3,15 +3,10 @@
 //! framings of a streamed answer.
 
 use super::super::ir::FinishReason;
-use super::super::{Invalid, Usage};
+use super::super::Usage;
 use serde_json::{json, Map, Value};
 
-pub(super) fn invalid(param: impl Into<String>, message: impl Into<String>) -> Invalid {
-    Invalid {
-        param: Some(param.into()),
-        message: message.into(),
-    }
-}
+pub(super) use super::super::invalid;
 
 /// `systemInstruction` → `system_instruction`.
 fn snake_case(camel: &str) -> String {

@@ -102,12 +102,7 @@ pub fn passthrough_stream(ctx: StreamContext) -> Box<dyn StreamTranslator> {
 
 // ---- shared by the files of this module ----
 
-fn invalid(param: impl Into<String>, message: impl Into<String>) -> Invalid {
-    Invalid {
-        param: Some(param.into()),
-        message: message.into(),
-    }
-}
+use super::invalid;
 
 /// Usage as the messages protocol counts it: `input_tokens` EXCLUDES cache reads and
 /// cache writes, unlike [`Usage::input_tokens`] which counts every prompt token.
@@ -203,11 +198,7 @@ fn finish_reason(stop_reason: &str, stop_sequence: Option<&str>) -> FinishReason
 
 /// One server-sent event as the messages protocol writes them.
 fn write_event(out: &mut Vec<u8>, name: &str, data: &Value) {
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    out.extend_from_slice(data.to_string().as_bytes());
-    out.extend_from_slice(b"\n\n");
+    super::sse::write_event(out, Some(name), &data.to_string());
 }
 
 /// A tool call id the messages protocol accepts (`^[a-zA-Z0-9_-]+$`). Deterministic, so

@@ -99,24 +99,9 @@ impl Stream {
                 }
                 _ => {}
             }
-            write_raw(out, name.as_deref(), data.as_deref().unwrap_or(&ev.data));
+            sse::write_event(out, name.as_deref(), data.as_deref().unwrap_or(&ev.data));
         }
     }
-}
-
-/// One event as `event: X\ndata: Y\n\n`, every line of a multi-line data prefixed.
-fn write_raw(out: &mut Vec<u8>, name: Option<&str>, data: &str) {
-    if let Some(n) = name {
-        out.extend_from_slice(b"event: ");
-        out.extend_from_slice(n.as_bytes());
-        out.push(b'\n');
-    }
-    for line in data.split('\n') {
-        out.extend_from_slice(b"data: ");
-        out.extend_from_slice(line.as_bytes());
-        out.push(b'\n');
-    }
-    out.push(b'\n');
 }
 
 impl StreamTranslator for Stream {

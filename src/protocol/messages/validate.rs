@@ -12,15 +12,8 @@ fn opt<'a>(obj: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
 }
 
 pub fn validate(body: &Value) -> Result<(), Invalid> {
-    let obj = body.as_object().ok_or_else(|| Invalid {
-        param: None,
-        message: "The request body must be a JSON object.".into(),
-    })?;
-    match opt(obj, "model") {
-        Some(Value::String(m)) if !m.is_empty() => {}
-        Some(_) => return Err(invalid("model", "`model` must be a non-empty string.")),
-        None => return Err(invalid("model", "`model` is required.")),
-    }
+    let obj = crate::protocol::body_object(body)?;
+    crate::protocol::check_model(opt(obj, "model"))?;
     messages(opt(obj, "messages"))?;
     match opt(obj, "max_tokens") {
         Some(v) if v.as_u64().is_some_and(|n| n >= 1) => {}

@@ -23,16 +23,9 @@ pub use response::{render_compaction, render_response};
 pub use stream::{encoder, error_event};
 pub use validate::validate;
 
-use super::Invalid;
-
 /// Marks a reasoning item's `encrypted_content` as redacted thinking (messages
 /// `redacted_thinking` data) rather than the signature of visible thinking: the responses
 /// protocol has one field for both, and the two must go back upstream differently.
 const REDACTED_PREFIX: &str = "redacted_thinking:";
 
-fn invalid(param: &str, message: impl Into<String>) -> Invalid {
-    Invalid {
-        param: Some(param.to_string()),
-        message: message.into(),
-    }
-}
+use super::invalid;

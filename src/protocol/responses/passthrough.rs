@@ -144,18 +144,8 @@ impl Passthrough {
                     data = v.to_string();
                 }
             }
-            if let Some(k) = &kind {
-                out.extend_from_slice(b"event: ");
-                out.extend_from_slice(k.as_bytes());
-                out.push(b'\n');
-            }
             // Multi-line data (not JSON) keeps its lines.
-            for line in data.split('\n') {
-                out.extend_from_slice(b"data: ");
-                out.extend_from_slice(line.as_bytes());
-                out.push(b'\n');
-            }
-            out.push(b'\n');
+            sse::write_event(out, kind.as_deref(), &data);
             if TERMINAL.contains(&kind.as_deref().unwrap_or("")) {
                 self.ended = true;
             }

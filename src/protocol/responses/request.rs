@@ -170,7 +170,7 @@ impl Builder<'_> {
     fn item(&mut self, i: usize, item: Value) -> Result<(), Invalid> {
         let Value::Object(mut item) = item else {
             return Err(invalid(
-                &format!("input[{i}]"),
+                format!("input[{i}]"),
                 "Each input item must be an object.",
             ));
         };
@@ -199,7 +199,7 @@ impl Builder<'_> {
                     Some(Value::Array(parts)) => self.parts(&format!("input[{i}].output"), parts)?,
                     _ => {
                         return Err(invalid(
-                            &format!("input[{i}].output"),
+                            format!("input[{i}].output"),
                             "`output` must be a string or an array of content parts.",
                         ))
                     }
@@ -220,7 +220,7 @@ impl Builder<'_> {
                 Ok(())
             }
             Some(other) => Err(invalid(
-                &format!("input[{i}]"),
+                format!("input[{i}]"),
                 format!("Input items of type `{other}` are not supported for this model; they need a channel that serves the Responses API natively."),
             )),
         }
@@ -251,7 +251,7 @@ impl Builder<'_> {
                         Part::Text(t) => texts.push(t),
                         _ => {
                             return Err(invalid(
-                                &format!("{at}[{j}]"),
+                                format!("{at}[{j}]"),
                                 "System and developer messages may only hold text.",
                             ))
                         }
@@ -267,7 +267,7 @@ impl Builder<'_> {
             "assistant" => {
                 if let Some(j) = content.iter().position(|p| matches!(p, Part::Image(_))) {
                     return Err(invalid(
-                        &format!("{at}[{j}]"),
+                        format!("{at}[{j}]"),
                         "Assistant messages may only hold text.",
                     ));
                 }
@@ -275,7 +275,7 @@ impl Builder<'_> {
             }
             _ => {
                 return Err(invalid(
-                    &format!("input[{i}].role"),
+                    format!("input[{i}].role"),
                     "`role` must be one of `user`, `assistant`, `system`, `developer`.",
                 ))
             }
@@ -410,7 +410,7 @@ fn tools(v: Option<&Value>) -> Result<Vec<ir::Tool>, Invalid> {
             Some(n) if !n.is_empty() => n.to_string(),
             _ => {
                 return Err(invalid(
-                    &format!("{at}.name"),
+                    format!("{at}.name"),
                     "Each function tool needs a `name`.",
                 ))
             }

@@ -59,11 +59,7 @@ fn write_event(out: &mut Vec<u8>, kind: &str, seq: u64, fields: Map<String, Valu
     data.insert("type".into(), kind.into());
     data.insert("sequence_number".into(), seq.into());
     data.extend(fields);
-    out.extend_from_slice(b"event: ");
-    out.extend_from_slice(kind.as_bytes());
-    out.extend_from_slice(b"\ndata: ");
-    out.extend_from_slice(Value::Object(data).to_string().as_bytes());
-    out.extend_from_slice(b"\n\n");
+    crate::protocol::sse::write_event(out, Some(kind), &Value::Object(data).to_string());
 }
 
 struct Encoder {

@@ -13,15 +13,8 @@ const EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
 
 /// Spec 4.4/4.5: `model` required; field types. `param` names the field.
 pub fn validate(body: &Value) -> Result<(), Invalid> {
-    let obj = body.as_object().ok_or_else(|| Invalid {
-        param: None,
-        message: "The request body must be a JSON object.".into(),
-    })?;
-    match obj.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => {}
-        Some(_) => return Err(invalid("model", "`model` must be a non-empty string.")),
-        None => return Err(invalid("model", "`model` is required.")),
-    }
+    let obj = crate::protocol::body_object(body)?;
+    crate::protocol::check_model(obj.get("model"))?;
     let typed: &[TypedField] = &[
         ("instructions", Value::is_string, "a string"),
         ("temperature", Value::is_number, "a number"),
@@ -69,7 +62,7 @@ pub fn validate(body: &Value) -> Result<(), Invalid> {
         for (i, t) in tools.iter().enumerate() {
             if !t.is_object() {
                 return Err(invalid(
-                    &format!("tools[{i}]"),
+                    format!("tools[{i}]"),
                     "Each tool must be an object.",
                 ));
             }
@@ -122,24 +115,24 @@ fn input_item(i: usize, item: &Value) -> Result<(), Invalid> {
     let at = |field: &str| format!("input[{i}].{field}");
     let Some(obj) = item.as_object() else {
         return Err(invalid(
-            &format!("input[{i}]"),
+            format!("input[{i}]"),
             "Each input item must be an object.",
         ));
     };
     let kind = match present(obj, "type") {
         None => None,
         Some(Value::String(t)) => Some(t.as_str()),
-        Some(_) => return Err(invalid(&at("type"), "`type` must be a string.")),
+        Some(_) => return Err(invalid(at("type"), "`type` must be a string.")),
     };
     let string = |field: &str| match obj.get(field) {
         Some(Value::String(_)) => Ok(()),
-        _ => Err(invalid(&at(field), format!("`{field}` must be a string."))),
+        _ => Err(invalid(at(field), format!("`{field}` must be a string."))),
     };
     match kind {
         None | Some("message") => {
             if !obj.contains_key("role") && kind.is_none() {
                 return Err(invalid(
-                    &at("type"),
+                    at("type"),
                     "Each input item needs a `type` (or a `role` for a message).",
                 ));
             }
@@ -147,7 +140,7 @@ fn input_item(i: usize, item: &Value) -> Result<(), Invalid> {
                 Some("user" | "assistant" | "system" | "developer") => {}
                 _ => {
                     return Err(invalid(
-                        &at("role"),
+                        at("role"),
                         "`role` must be one of `user`, `assistant`, `system`, `developer`.",
                     ))
                 }
@@ -158,7 +151,7 @@ fn input_item(i: usize, item: &Value) -> Result<(), Invalid> {
                     for (j, p) in parts.iter().enumerate() {
                         if !p.get("type").is_some_and(Value::is_string) {
                             return Err(invalid(
-                                &format!("input[{i}].content[{j}]"),
+                                format!("input[{i}].content[{j}]"),
                                 "Each content part must be an object with a string `type`.",
                             ));
                         }
@@ -166,7 +159,7 @@ fn input_item(i: usize, item: &Value) -> Result<(), Invalid> {
                     Ok(())
                 }
                 _ => Err(invalid(
-                    &at("content"),
+                    at("content"),
                     "`content` must be a string or an array of content parts.",
                 )),
             }
@@ -181,14 +174,14 @@ fn input_item(i: usize, item: &Value) -> Result<(), Invalid> {
             match obj.get("output") {
                 Some(Value::String(_) | Value::Array(_)) => Ok(()),
                 _ => Err(invalid(
-                    &at("output"),
+                    at("output"),
                     "`output` must be a string or an array of content parts.",
                 )),
             }
         }
         Some("reasoning") => match present(obj, "summary") {
             None | Some(Value::Array(_)) => Ok(()),
-            Some(_) => Err(invalid(&at("summary"), "`summary` must be an array.")),
+            Some(_) => Err(invalid(at("summary"), "`summary` must be an array.")),
         },
         Some(_) => Ok(()),
     }
