@@ -32,6 +32,9 @@ const USAGE_PER_KEY: i64 = 10_000;
 /// Prune a key's usage rows once every this many inserts.
 const PRUNE_EVERY: u64 = 1_000;
 
+#[path = "embedded_tasks.rs"]
+mod tasks;
+
 type Finish = Box<dyn FnOnce(Option<StoreError>) + Send>;
 type Job = Box<dyn FnOnce(&Connection) -> Finish + Send>;
 
@@ -50,6 +53,11 @@ CREATE TABLE IF NOT EXISTS usage (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, key_id TEXT NOT NULL, record TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS usage_key ON usage(key_id, seq);
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY, key_id TEXT NOT NULL, status TEXT NOT NULL, due_at INTEGER,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_due ON tasks(due_at) WHERE due_at IS NOT NULL;
 ";
 
 pub struct EmbeddedStore {
@@ -103,7 +111,10 @@ impl EmbeddedStore {
     }
 
     /// Claims the directory for one server process. Reservations left by a previous
-    /// server are dropped: a restarted single node has no request in flight.
+    /// server are dropped: a restarted single node has no request in flight. Video task
+    /// reservations (their id is the task id, `task_...`) stay: their tasks outlive the
+    /// process and settle them when they end. Open tasks are made due now: their leases
+    /// were held by the process that stopped, and nobody else polls a single node.
     pub fn lock_exclusive(&self) -> StoreResult<()> {
         let f = File::create(self.dir.join("LOCK")).map_err(internal)?;
         f.try_lock().map_err(|_| {
@@ -116,7 +127,28 @@ impl EmbeddedStore {
         let conn = Connection::open(self.dir.join("gateway.db")).map_err(internal)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(internal)?;
-        exec(&conn, "DELETE FROM reservations", []).map_err(internal)?;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(internal)?;
+        // Not `LIKE 'task_%'`: `_` is a LIKE wildcard.
+        let r = exec(
+            &conn,
+            "DELETE FROM reservations WHERE substr(id, 1, 5) <> 'task_'",
+            [],
+        )
+        .and_then(|_| {
+            exec(
+                &conn,
+                "UPDATE tasks SET due_at = ?1 WHERE due_at > ?1",
+                [now_ms],
+            )
+        })
+        .and_then(|_| conn.execute_batch("COMMIT"));
+        if let Err(e) = r {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(internal(e));
+        }
         Ok(())
     }
 
@@ -198,6 +230,29 @@ fn writer(conn: Connection, rx: mpsc::Receiver<Job>) {
             f(err.clone());
         }
     }
+}
+
+/// Releases the reservation and adds `actual` (clamped at 0) to the key's `quota_used`,
+/// on the store thread, inside the caller's savepoint.
+fn settle_in(
+    c: &Connection,
+    key_id: &str,
+    reservation_id: &str,
+    actual: Micros,
+) -> StoreResult<()> {
+    exec(
+        c,
+        "DELETE FROM reservations WHERE id = ?1",
+        [reservation_id],
+    )
+    .map_err(internal)?;
+    exec(
+        c,
+        "UPDATE keys SET quota_used = quota_used + ?2 WHERE id = ?1",
+        params![key_id, actual.max(0)],
+    )
+    .map_err(internal)?;
+    Ok(())
 }
 
 const KEY_COLUMNS: &str =
@@ -365,18 +420,8 @@ impl Store for EmbeddedStore {
 
     async fn settle(&self, reservation: &Reservation, actual: Micros) -> StoreResult<()> {
         let r = reservation.clone();
-        let actual = actual.max(0);
-        self.call(move |c| {
-            exec(c, "DELETE FROM reservations WHERE id = ?1", [&r.id]).map_err(internal)?;
-            exec(
-                c,
-                "UPDATE keys SET quota_used = quota_used + ?2 WHERE id = ?1",
-                params![r.key_id, actual],
-            )
-            .map_err(internal)?;
-            Ok(())
-        })
-        .await
+        self.call(move |c| settle_in(c, &r.key_id, &r.id, actual))
+            .await
     }
 
     async fn rate_hit(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<bool> {

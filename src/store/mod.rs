@@ -5,11 +5,16 @@
 //! - [`redis`]: shared by any number of gateway instances; every check-and-change is one
 //!   Lua script, so concurrent requests on all instances can never spend past a key's cap.
 //!
+//! [`tasks`] adds asynchronous video tasks ([`TaskStore`], a supertrait of [`Store`]).
+//!
 //! This module depends on no other module of the crate: the rest of the gateway talks to
 //! state only through these types.
 
 pub mod embedded;
 pub mod redis;
+pub mod tasks;
+
+pub use tasks::{TaskError, TaskRecord, TaskRef, TaskResult, TaskStatus, TaskStore};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -179,8 +184,9 @@ pub type StoreResult<T> = Result<T, StoreError>;
 
 /// The state the gateway needs. Every method is safe to call concurrently from any
 /// number of tasks and, for shared backends, from any number of gateway instances.
+/// Video tasks ([`TaskStore`]) are part of it: every backend keeps them.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: tasks::TaskStore + Send + Sync + 'static {
     /// Inserts a new key. `Conflict` if the id exists.
     async fn create_key(&self, rec: &KeyRecord) -> StoreResult<()>;
     /// The key with this id, with its current `quota_used`.

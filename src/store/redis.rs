@@ -10,6 +10,7 @@
 //! - `gw:rl:{ID}:<minute>` counter with a TTL
 //! - `gw:log:{ID}`  stream of usage records, capped
 //! - `gw:keys`      set of all ids (for listing; maintained after the per-key script)
+//! - video tasks: `gw:task:{ID}:<task_id>` and `gw:tasks:due` (see `redis_tasks.rs`)
 
 use super::{
     KeyPatch, KeyRecord, KeyStatus, Micros, Reservation, ReserveDenied, Store, StoreError,
@@ -20,6 +21,9 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Script, Value};
 use std::collections::HashMap;
 use std::time::Duration;
+
+#[path = "redis_tasks.rs"]
+mod tasks;
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 const LOG_MAX: usize = 10_000;

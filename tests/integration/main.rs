@@ -21,3 +21,4 @@ mod quota;
 mod realtime;
 mod sdk;
 mod stores;
+mod task_store;
