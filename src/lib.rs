@@ -6,6 +6,8 @@
 //! [`billing`] reserving and settling, [`channels`] choosing the upstream and
 //! [`protocol`] translating) → [`store`] (keys, quota, usage). [`api`] answers the
 //! endpoints served locally and the admin API; [`errors`] renders every failure.
+//! [`video`] runs asynchronous video tasks: submit, a background poller, billing that
+//! follows the task.
 
 pub mod api;
 pub mod auth;
@@ -22,3 +24,4 @@ pub mod realtime;
 pub mod relay;
 pub mod server;
 pub mod store;
+pub mod video;

@@ -1,5 +1,5 @@
-//! Assembling the Pingora services: the client listener (the proxy) and the admin
-//! listener. [`serve`] runs them under Pingora's `Server` (signals, graceful shutdown);
+//! Assembling the Pingora services: the client listener (the proxy), the admin
+//! listener and the video task poller (a background service). [`serve`] runs them under Pingora's `Server` (signals, graceful shutdown);
 //! [`spawn`] runs them on the current Tokio runtime over listeners the caller already
 //! bound, which is how tests and benchmarks run real gateways on ephemeral ports.
 
@@ -8,9 +8,11 @@ use crate::config::Config;
 use crate::gateway::{open_store, Gateway};
 use crate::proxy::GatewayProxy;
 use crate::store::Store;
+use crate::video::poller::Poller;
 use parking_lot::Mutex;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{Fds, Server};
+use pingora::services::background::{background_service, BackgroundService};
 use pingora::services::listening::Service as Listening;
 use pingora::services::Service as _;
 use std::net::TcpListener;
@@ -70,6 +72,7 @@ pub fn serve(config: Config) -> Result<(), String> {
     let gw = Arc::new(Gateway::new(Arc::new(config), store));
     tracing::info!(listen = %gw.config.listen, channels = gw.config.channels.len(), "model-gateway starting");
     server.add_service(proxy_service(gw.clone(), &server.configuration));
+    server.add_service(background_service("video tasks", Poller::new(gw.clone())));
     if let Some(admin) = admin_service(gw) {
         server.add_service(admin);
     }
@@ -123,6 +126,9 @@ pub fn spawn(
     let mut proxy = proxy_service(gw.clone(), &conf);
     let (f, r) = (fds.clone(), rx.clone());
     tokio::spawn(async move { proxy.start_service(Some(f), r, 1).await });
+    let poller = Poller::new(gw.clone());
+    let r = rx.clone();
+    tokio::spawn(async move { poller.start(r).await });
     if let Some(mut admin) = admin_service(gw.clone()) {
         tokio::spawn(async move { admin.start_service(Some(fds), rx, 1).await });
     }

@@ -42,6 +42,12 @@ impl ReservationGuard {
         self.charge_on_drop = cost;
     }
 
+    /// Gives the reservation to something that outlives this request (a video task, whose
+    /// end settles it); the guard then settles nothing.
+    pub fn hand_over(&mut self) -> Option<Reservation> {
+        self.reservation.take()
+    }
+
     /// Settles once; later calls do nothing.
     pub async fn settle(&mut self, actual: Micros) -> SettleOutcome {
         let Some(r) = self.reservation.take() else {

@@ -47,6 +47,8 @@ pub struct Price {
     pub per_char_pico: Option<u64>,
     /// micro-USD per minute of audio.
     pub per_minute_micros: Option<u64>,
+    /// micro-USD per second of video.
+    pub per_second_micros: Option<u64>,
 }
 
 /// USD amounts within this bound convert to integers without loss of meaning.
@@ -84,14 +86,19 @@ impl Price {
             .per_minute
             .map(|v| usd_to_micros(v, "per_minute", "per minute"))
             .transpose()?;
+        let per_second_micros = p
+            .per_second
+            .map(|v| usd_to_micros(v, "per_second", "per second"))
+            .transpose()?;
         if input.is_none()
             && output.is_none()
             && per_image.is_empty()
             && per_char_pico.is_none()
             && per_minute_micros.is_none()
+            && per_second_micros.is_none()
         {
             return Err(
-                "names no price: set `input`/`output`, `per_image`, `per_million_chars` or `per_minute`"
+                "names no price: set `input`/`output`, `per_image`, `per_million_chars`, `per_minute` or `per_second`"
                     .into(),
             );
         }
@@ -106,6 +113,7 @@ impl Price {
             per_image,
             per_char_pico,
             per_minute_micros,
+            per_second_micros,
         })
     }
 
@@ -148,6 +156,14 @@ impl Price {
         let per_minute = self.per_minute_micros?;
         let millis = (seconds.max(0.0) * 1000.0).ceil() as u128;
         let micros = (millis * per_minute as u128).div_ceil(60_000);
+        Some(micros.min(Micros::MAX as u128) as Micros)
+    }
+
+    /// Video: the cost of `seconds` seconds of video, each of `n` videos, rounded up.
+    pub fn video(&self, seconds: f64, n: u32) -> Option<Micros> {
+        let per_second = self.per_second_micros?;
+        let millis = (seconds.max(0.0) * 1000.0).ceil() as u128 * n as u128;
+        let micros = (millis * per_second as u128).div_ceil(1000);
         Some(micros.min(Micros::MAX as u128) as Micros)
     }
 
@@ -246,6 +262,7 @@ mod tests {
             per_image: BTreeMap::new(),
             per_million_chars: None,
             per_minute: None,
+            per_second: None,
         })
         .unwrap()
     }
@@ -266,6 +283,7 @@ mod tests {
             .collect(),
             per_million_chars: Some(15.0),
             per_minute: Some(0.006),
+            per_second: Some(0.1),
         })
         .unwrap();
         assert!(!p.per_token());
@@ -277,6 +295,12 @@ mod tests {
         assert_eq!(p.chars(1000), Some(15_000));
         assert_eq!(p.seconds(60.0), Some(6_000));
         assert_eq!(p.seconds(0.5), Some(50));
+        assert_eq!(p.video(4.0, 2), Some(800_000));
+        assert_eq!(
+            p.video(0.0001, 1),
+            Some(100),
+            "rounds up to the millisecond"
+        );
         assert!(Price::from_raw(&RawPrice {
             input: None,
             output: None,
@@ -286,6 +310,7 @@ mod tests {
             per_image: BTreeMap::new(),
             per_million_chars: None,
             per_minute: None,
+            per_second: None,
         })
         .is_err());
     }

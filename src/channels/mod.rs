@@ -19,6 +19,10 @@ pub enum ChannelProtocol {
     OpenAi,
     Anthropic,
     Gemini,
+    /// Video tasks only: the task-style API of spec 4.10–4.13.
+    VideoA,
+    /// Video tasks only: the `?Action=&Version=` API of spec 4.14.
+    VideoB,
 }
 
 impl ChannelProtocol {
@@ -26,6 +30,8 @@ impl ChannelProtocol {
         ChannelProtocol::OpenAi,
         ChannelProtocol::Anthropic,
         ChannelProtocol::Gemini,
+        ChannelProtocol::VideoA,
+        ChannelProtocol::VideoB,
     ];
 
     pub fn parse(s: &str) -> Option<ChannelProtocol> {
@@ -33,6 +39,8 @@ impl ChannelProtocol {
             "openai" => Some(ChannelProtocol::OpenAi),
             "anthropic" => Some(ChannelProtocol::Anthropic),
             "gemini" => Some(ChannelProtocol::Gemini),
+            "video-a" => Some(ChannelProtocol::VideoA),
+            "video-b" => Some(ChannelProtocol::VideoB),
             _ => None,
         }
     }
@@ -42,13 +50,23 @@ impl ChannelProtocol {
             ChannelProtocol::OpenAi => "openai",
             ChannelProtocol::Anthropic => "anthropic",
             ChannelProtocol::Gemini => "gemini",
+            ChannelProtocol::VideoA => "video-a",
+            ChannelProtocol::VideoB => "video-b",
         }
     }
 
-    /// The wire protocol used for chat-style requests to this upstream.
+    /// Whether chat-style requests (and translations between them) can go here.
+    pub fn serves_chat(self) -> bool {
+        !matches!(self, ChannelProtocol::VideoA | ChannelProtocol::VideoB)
+    }
+
+    /// The wire protocol used for chat-style requests to this upstream. Video channels
+    /// are never offered chat requests ([`Router::chat_candidates`]).
     pub fn wire(self) -> Protocol {
         match self {
-            ChannelProtocol::OpenAi => Protocol::Chat,
+            ChannelProtocol::OpenAi | ChannelProtocol::VideoA | ChannelProtocol::VideoB => {
+                Protocol::Chat
+            }
             ChannelProtocol::Anthropic => Protocol::Messages,
             ChannelProtocol::Gemini => Protocol::Gemini,
         }
@@ -188,6 +206,46 @@ impl Channel {
         self.model_map.get(model).map_or(model, String::as_str)
     }
 
+    /// A target for one URL an upstream handed out (a finished video on its storage host),
+    /// with this channel's timeouts, and the path and query to ask for. The channel's key
+    /// goes along only when the URL is on the channel's own host.
+    pub fn for_url(&self, url: &str) -> Option<(Channel, String)> {
+        let u = url::Url::parse(url).ok()?;
+        let tls = match u.scheme() {
+            "https" => true,
+            "http" => false,
+            _ => return None,
+        };
+        let host = u.host_str()?;
+        let port = u.port_or_known_default()?;
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let same = tls == self.tls && bare == self.host && port == self.port;
+        let raw = RawChannel {
+            name: self.name.clone(),
+            protocol: self.protocol.as_str().into(),
+            base_url: format!("{}://{host}:{port}", u.scheme()),
+            api_key: if same {
+                self.api_key.clone()
+            } else {
+                String::new()
+            },
+            models: vec![String::from("-")],
+            model_map: BTreeMap::new(),
+            responses_api: false,
+            priority: 0,
+            weight: 1,
+            connect_timeout_secs: self.connect_timeout.as_secs(),
+            read_timeout_secs: self.read_timeout.as_secs(),
+        };
+        let channel = Channel::from_raw(raw, "download").ok()?;
+        let mut path = u.path().to_string();
+        if let Some(q) = u.query() {
+            path.push('?');
+            path.push_str(q);
+        }
+        Some((channel, path))
+    }
+
     /// `Host` header value.
     pub fn authority(&self) -> String {
         let default_port = if self.tls { 443 } else { 80 };
@@ -246,6 +304,22 @@ impl Router {
         let mut v: Vec<&str> = self.by_model.keys().map(String::as_str).collect();
         v.sort_unstable();
         v
+    }
+
+    /// [`Router::candidates`] that can take chat-style requests.
+    pub fn chat_candidates(&self, model: &str) -> Vec<Arc<Channel>> {
+        let mut v = self.candidates(model);
+        v.retain(|c| c.protocol.serves_chat());
+        v
+    }
+
+    /// A channel by its configured name.
+    pub fn by_name(&self, name: &str) -> Option<Arc<Channel>> {
+        self.by_model
+            .values()
+            .flatten()
+            .find(|c| c.name == name)
+            .cloned()
     }
 
     /// The channels for a model in the order to try them: lowest priority value first;

@@ -65,6 +65,67 @@ pub struct Limits {
     pub reservation_ttl_secs: u64,
 }
 
+/// Asynchronous video tasks (see [`raw::RawVideo`]).
+#[derive(Debug, Clone)]
+pub struct VideoConfig {
+    pub poll_interval: Duration,
+    pub max_poll_interval: Duration,
+    pub lease: Duration,
+    pub task_timeout: Duration,
+    pub default_seconds: f64,
+    pub max_seconds: f64,
+    pub public_url: Option<String>,
+}
+
+impl VideoConfig {
+    fn from_raw(v: raw::RawVideo) -> Result<VideoConfig, ConfigError> {
+        if v.poll_interval_ms == 0 {
+            return Err(err("video.poll_interval_ms", "must be positive"));
+        }
+        if v.max_poll_interval_ms < v.poll_interval_ms {
+            return Err(err(
+                "video.max_poll_interval_ms",
+                "must be at least `poll_interval_ms`",
+            ));
+        }
+        if v.lease_ms == 0 {
+            return Err(err("video.lease_ms", "must be positive"));
+        }
+        if v.task_timeout_secs == 0 {
+            return Err(err("video.task_timeout_secs", "must be positive"));
+        }
+        if !(v.max_seconds.is_finite() && v.max_seconds > 0.0) {
+            return Err(err("video.max_seconds", "must be a positive number"));
+        }
+        if !(v.default_seconds > 0.0 && v.default_seconds <= v.max_seconds) {
+            return Err(err(
+                "video.default_seconds",
+                "must be positive and at most `max_seconds`",
+            ));
+        }
+        let public_url = match v.public_url {
+            None => None,
+            Some(u) => {
+                let parsed = url::Url::parse(&u)
+                    .map_err(|e| err("video.public_url", format!("not a URL: {e}")))?;
+                if !matches!(parsed.scheme(), "http" | "https") {
+                    return Err(err("video.public_url", "must be an http or https URL"));
+                }
+                Some(u.trim_end_matches('/').to_string())
+            }
+        };
+        Ok(VideoConfig {
+            poll_interval: Duration::from_millis(v.poll_interval_ms),
+            max_poll_interval: Duration::from_millis(v.max_poll_interval_ms),
+            lease: Duration::from_millis(v.lease_ms),
+            task_timeout: Duration::from_secs(v.task_timeout_secs),
+            default_seconds: v.default_seconds,
+            max_seconds: v.max_seconds,
+            public_url,
+        })
+    }
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -78,6 +139,7 @@ pub struct Config {
     pub channels: Vec<Arc<Channel>>,
     pub prices: BTreeMap<String, Price>,
     pub image_families: Families,
+    pub video: VideoConfig,
 }
 
 impl Config {
@@ -193,6 +255,7 @@ impl Config {
             middle: f.middle,
             newest: f.newest,
         };
+        let video = VideoConfig::from_raw(raw.video)?;
         let mut names = HashSet::new();
         let mut channels = Vec::new();
         for (i, c) in raw.channels.into_iter().enumerate() {
@@ -220,6 +283,7 @@ impl Config {
             channels,
             prices,
             image_families,
+            video,
         })
     }
 

@@ -28,6 +28,43 @@ pub struct RawConfig {
     /// The three image model families of spec 8, by model name.
     #[serde(default)]
     pub image_families: RawImageFamilies,
+    /// Asynchronous video tasks: polling, leases, timeouts, durations.
+    #[serde(default)]
+    pub video: RawVideo,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawVideo {
+    /// The first poll of a task comes this long after its submission; each later one
+    /// waits twice as long as the one before, up to `max_poll_interval_ms`.
+    pub poll_interval_ms: u64,
+    pub max_poll_interval_ms: u64,
+    /// A task claimed for a poll is not polled by any other instance for this long.
+    pub lease_ms: u64,
+    /// An open task older than this fails (`task_timeout`) and is refunded.
+    pub task_timeout_secs: u64,
+    /// Seconds of video assumed (and reserved) when a request names no duration.
+    pub default_seconds: f64,
+    /// Longest duration a request may ask for.
+    pub max_seconds: f64,
+    /// Base of the download `url` shown in task records (e.g. `https://gw.example.com`);
+    /// default: the scheme and `Host` of the status request.
+    pub public_url: Option<String>,
+}
+
+impl Default for RawVideo {
+    fn default() -> Self {
+        RawVideo {
+            poll_interval_ms: 2_000,
+            max_poll_interval_ms: 30_000,
+            lease_ms: 60_000,
+            task_timeout_secs: 24 * 3600,
+            default_seconds: 5.0,
+            max_seconds: 60.0,
+            public_url: None,
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -166,4 +203,6 @@ pub struct RawPrice {
     pub per_million_chars: Option<f64>,
     /// USD per minute of audio transcribed or translated.
     pub per_minute: Option<f64>,
+    /// USD per second of generated video (times the number of videos).
+    pub per_second: Option<f64>,
 }

@@ -4,7 +4,8 @@
 //! 1. `new_ctx`: request id and clock ([`Ctx::new`]).
 //! 2. `request_filter`: route ([`route::route`]), authenticate ([`crate::auth`]), then
 //!    answer locally ([`crate::api::local`]), relay a body-routed request
-//!    ([`crate::relay`], [`crate::relay::media`]) or a WebSocket ([`crate::realtime`]):
+//!    ([`crate::relay`], [`crate::relay::media`]), a WebSocket ([`crate::realtime`]) or a
+//!    video task ([`crate::video`]):
 //!    each ends the request here ([`Phase::Responded`]).
 //! 3. `upstream_peer`: never reached (no route continues to Pingora's proxy path).
 //! 4. `fail_to_proxy`: a Pingora-level failure, rendered in the spec's envelope.
@@ -22,6 +23,7 @@ use crate::gateway::Gateway;
 use crate::realtime;
 use crate::relay;
 use crate::store::UsageRecord;
+use crate::video;
 use async_trait::async_trait;
 use ctx::respond_error;
 use pingora::prelude::*;
@@ -166,6 +168,7 @@ async fn dispatch(
             ctx.record_mut().endpoint = path.to_string();
             responded(realtime::relay(gw, session, ctx, &key, query).await)
         }
+        Route::Video(v) => responded(video::service::handle(gw, session, ctx, v, query).await),
         Route::NotFound | Route::MethodNotAllowed | Route::NotImplemented => {
             Err(GatewayError::Internal)
         }

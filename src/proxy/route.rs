@@ -5,6 +5,7 @@ use crate::auth::Accepts;
 use crate::errors::ErrorShape;
 use crate::media::Media;
 use crate::protocol::Protocol;
+use crate::video::VideoRoute;
 use http::Method;
 
 /// A relayed endpoint: the client's protocol, and where the model name comes from.
@@ -25,6 +26,8 @@ pub enum Route {
     Media(Media),
     /// `GET /v1/realtime`: a WebSocket relayed both ways (spec 4.20).
     Realtime,
+    /// The asynchronous video endpoints (spec 4.8–4.16).
+    Video(VideoRoute),
     /// `GET /v1/models` (spec 4.1): format chosen from the headers.
     Models,
     /// `GET /v1beta/models` (spec 4.2), and one model by name.
@@ -82,6 +85,9 @@ pub fn route(method: &Method, path: &str) -> Route {
     let get = method == Method::GET;
     let post = method == Method::POST;
     let only = |ok: bool, r: Route| if ok { r } else { Route::MethodNotAllowed };
+    if let Some(v) = crate::video::route(post, get, p) {
+        return v.map_or(Route::MethodNotAllowed, Route::Video);
+    }
     let relay = |protocol| Relay {
         protocol,
         path_model: None,

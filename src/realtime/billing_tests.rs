@@ -16,6 +16,7 @@ fn rt_price() -> Price {
         per_image: Default::default(),
         per_million_chars: None,
         per_minute: None,
+        per_second: None,
     })
     .unwrap()
 }
@@ -184,6 +185,7 @@ async fn cost_is_priced_on_the_running_total() {
         per_image: Default::default(),
         per_million_chars: None,
         per_minute: None,
+        per_second: None,
     })
     .unwrap();
     let f = fixture(None).await;
@@ -434,4 +436,52 @@ async fn a_dropped_meter_still_charges_what_was_used() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(f.can_reserve(1_000_000 - 3651).await);
+}
+
+#[async_trait::async_trait]
+impl crate::store::tasks::TaskStore for Unreachable {
+    async fn create_task(
+        &self,
+        t: &crate::store::tasks::TaskRecord,
+        due_ms: i64,
+    ) -> crate::store::StoreResult<()> {
+        self.0.create_task(t, due_ms).await
+    }
+    async fn get_task(
+        &self,
+        key_id: &str,
+        id: &str,
+    ) -> crate::store::StoreResult<Option<crate::store::tasks::TaskRecord>> {
+        self.0.get_task(key_id, id).await
+    }
+    async fn claim_due_tasks(
+        &self,
+        now_ms: i64,
+        lease_ms: i64,
+        limit: usize,
+    ) -> crate::store::StoreResult<Vec<crate::store::tasks::TaskRef>> {
+        self.0.claim_due_tasks(now_ms, lease_ms, limit).await
+    }
+    async fn claim_task(
+        &self,
+        t: &crate::store::tasks::TaskRef,
+        now_ms: i64,
+        lease_ms: i64,
+    ) -> crate::store::StoreResult<bool> {
+        self.0.claim_task(t, now_ms, lease_ms).await
+    }
+    async fn save_task(
+        &self,
+        t: &crate::store::tasks::TaskRecord,
+        due_ms: i64,
+    ) -> crate::store::StoreResult<bool> {
+        self.0.save_task(t, due_ms).await
+    }
+    async fn finish_task(
+        &self,
+        t: &crate::store::tasks::TaskRecord,
+        usage: &crate::store::UsageRecord,
+    ) -> crate::store::StoreResult<bool> {
+        self.0.finish_task(t, usage).await
+    }
 }

@@ -291,6 +291,7 @@ async fn exchange(
     let mut failure = GatewayError::Upstream(UpstreamFailure::Connect);
     for channel in candidates {
         let out = Outgoing {
+            method: "POST",
             path: media.upstream_path(),
             body: body_for(plan, channel.upstream_model(&plan.model)),
             content_type: &plan.content_type,

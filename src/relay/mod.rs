@@ -6,7 +6,7 @@
 //! syntax and required fields (400) → model whitelist (403) → model served (404) →
 //! model priced (403) → reservation (403 when the quota cannot cover it).
 
-mod body;
+pub(crate) mod body;
 pub mod media;
 mod output_limit;
 mod stream;
@@ -71,7 +71,7 @@ pub async fn handle(
         rec.stream = stream;
     }
     key.check_model(&model)?;
-    let candidates = gw.router.candidates(&model);
+    let candidates = gw.router.chat_candidates(&model);
     if candidates.is_empty() {
         return Err(GatewayError::ModelNotFound(model));
     }
@@ -191,7 +191,7 @@ async fn exchange(
     billing: &Billing<'_>,
     guard: &mut ReservationGuard,
 ) -> Result<(), GatewayError> {
-    let candidates = gw.router.candidates(model);
+    let candidates = gw.router.chat_candidates(model);
     let last = candidates.len().saturating_sub(1);
     let client_headers = session.req_header().headers.clone();
     let mut parsed = Some(parsed);
@@ -221,6 +221,7 @@ async fn exchange(
             message: i.message,
         })?;
         let out = Outgoing {
+            method: "POST",
             path: &req.path,
             body: Bytes::from(req.body),
             content_type: "application/json",

@@ -26,6 +26,9 @@ const FORWARDED: &[(&str, ChannelProtocol)] = &[
 const DEFAULT_MESSAGES_VERSION: &str = "2023-06-01";
 
 pub struct Outgoing<'a> {
+    /// `POST`, or `GET` (sent without a body).
+    pub method: &'a str,
+    /// Path and query, after the channel's own path prefix.
     pub path: &'a str,
     pub body: Bytes,
     /// `application/json`, or a multipart type with its boundary.
@@ -75,7 +78,7 @@ impl Exchange {
             // The pooled session does not take these from the peer's options.
             http.set_read_timeout(Some(channel.read_timeout));
             http.set_write_timeout(Some(channel.read_timeout));
-            match send(&mut http, header.clone(), out.body.clone()).await {
+            match send(&mut http, header.clone(), out).await {
                 Ok(()) => {}
                 Err(e) if reused && attempts == 1 => {
                     tracing::debug!(channel = %channel.name, error = %e, "stale pooled connection");
@@ -144,18 +147,26 @@ impl Exchange {
     }
 }
 
-async fn send(http: &mut HttpSession, header: RequestHeader, body: Bytes) -> pingora::Result<()> {
+async fn send(
+    http: &mut HttpSession,
+    header: RequestHeader,
+    out: &Outgoing<'_>,
+) -> pingora::Result<()> {
     http.write_request_header(Box::new(header)).await?;
-    http.write_request_body(body, true).await?;
+    if out.method != "GET" {
+        http.write_request_body(out.body.clone(), true).await?;
+    }
     http.finish_request_body().await
 }
 
 fn request_header(channel: &Channel, out: &Outgoing<'_>) -> pingora::Result<RequestHeader> {
     let path = format!("{}{}", channel.path_prefix, out.path);
-    let mut h = RequestHeader::build("POST", path.as_bytes(), Some(8))?;
+    let mut h = RequestHeader::build(out.method, path.as_bytes(), Some(8))?;
     h.insert_header(http::header::HOST, channel.authority())?;
-    h.insert_header(http::header::CONTENT_TYPE, out.content_type)?;
-    h.insert_header(http::header::CONTENT_LENGTH, out.body.len().to_string())?;
+    if out.method != "GET" {
+        h.insert_header(http::header::CONTENT_TYPE, out.content_type)?;
+        h.insert_header(http::header::CONTENT_LENGTH, out.body.len().to_string())?;
+    }
     h.insert_header(
         http::header::ACCEPT,
         if out.stream {
@@ -170,7 +181,7 @@ fn request_header(channel: &Channel, out: &Outgoing<'_>) -> pingora::Result<Requ
     )?;
     let key = channel.api_key.as_str();
     match channel.protocol {
-        ChannelProtocol::OpenAi => {
+        ChannelProtocol::OpenAi | ChannelProtocol::VideoA | ChannelProtocol::VideoB => {
             if !key.is_empty() {
                 h.insert_header(http::header::AUTHORIZATION, format!("Bearer {key}"))?;
             }

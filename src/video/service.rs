@@ -1,0 +1,740 @@
+//! The video endpoints, answered from `request_filter`: submit (check, reserve, send to a
+//! channel, store the task), status (from the store, refreshed in place when a poll is
+//! due), and content (streamed from the upstream). [`poll_once`] is the one step that
+//! moves a task on; the background poller and a status request that finds its task stale
+//! both run it, only after claiming the task in the store.
+
+use super::job::{self, Bounds, VideoJob};
+use super::render;
+use super::vendors::{self, Call, Source};
+use super::{Shape, VideoRoute};
+use crate::api::store_error;
+use crate::auth::AuthKey;
+use crate::billing::Price;
+use crate::channels::{Channel, ChannelProtocol};
+use crate::errors::{GatewayError, UpstreamFailure};
+use crate::gateway::Gateway;
+use crate::ids;
+use crate::media::multipart;
+use crate::protocol::Invalid;
+use crate::proxy::ctx::{respond_json, response_header};
+use crate::proxy::Ctx;
+use crate::relay::body;
+use crate::relay::upstream::{Exchange, OpenError, Outgoing};
+use crate::store::tasks::{TaskError, TaskRecord, TaskRef, TaskStatus};
+use crate::store::{Micros, UsageRecord};
+use bytes::Bytes;
+use pingora::proxy::Session;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Reservations of tasks outlive the task's own timeout by this much, so the poller's
+/// explicit refund always comes first.
+const RESERVATION_MARGIN_SECS: u64 = 3600;
+/// Largest status answer read from an upstream.
+const STATUS_BODY_LIMIT: usize = 1024 * 1024;
+
+fn bad(i: Invalid) -> GatewayError {
+    GatewayError::BadRequest {
+        param: i.param,
+        message: i.message,
+    }
+}
+
+pub async fn handle(
+    gw: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    route: &VideoRoute,
+    query: Option<&str>,
+) -> Result<(), GatewayError> {
+    let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
+    match route {
+        VideoRoute::Submit(shape) => submit(gw, session, ctx, &key, *shape).await,
+        VideoRoute::Status(shape, id) => {
+            let t = current(gw, &key, id).await?;
+            let body = match shape {
+                Shape::Videos => render::job_record(&t),
+                _ => render::status_record(&t, &content_url(gw, session, &t.id)),
+            };
+            respond_json(session, ctx, 200, body.to_string().into_bytes()).await;
+            Ok(())
+        }
+        VideoRoute::Content(id) => content(gw, session, ctx, &key, id, query).await,
+        VideoRoute::VideoB => video_b(gw, session, ctx, &key, query).await,
+    }
+}
+
+/// Spec 4.14: the action and version come from the query.
+async fn video_b(
+    gw: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    key: &AuthKey,
+    query: Option<&str>,
+) -> Result<(), GatewayError> {
+    let param = |name: &str| {
+        query.and_then(|q| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.into_owned())
+        })
+    };
+    let version = param("Version").ok_or_else(|| {
+        GatewayError::bad_request(
+            Some("Version"),
+            "The `Version` query parameter is required.",
+        )
+    })?;
+    if !is_date(&version) {
+        return Err(GatewayError::bad_request(
+            Some("Version"),
+            "`Version` must be a date like 2022-08-31.",
+        ));
+    }
+    match param("Action").as_deref() {
+        Some("CVSync2AsyncSubmitTask") => submit(gw, session, ctx, key, Shape::VideoB).await,
+        Some("CVSync2AsyncGetResult") => {
+            let raw = body::read(session, gw.config.limits.max_body_bytes).await?;
+            let v = parse_json(&raw)?;
+            let id = v
+                .get("task_id")
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| GatewayError::bad_request(Some("task_id"), "`task_id` is required."))?
+                .to_string();
+            let t = current(gw, key, &id).await?;
+            let data = render::status_record(&t, &content_url(gw, session, &t.id));
+            let body = render::video_b(data, &ctx.request_id);
+            respond_json(session, ctx, 200, body.to_string().into_bytes()).await;
+            Ok(())
+        }
+        Some(other) => Err(GatewayError::bad_request(
+            Some("Action"),
+            format!("Unknown `Action` `{other}`: expected CVSync2AsyncSubmitTask or CVSync2AsyncGetResult."),
+        )),
+        None => Err(GatewayError::bad_request(
+            Some("Action"),
+            "The `Action` query parameter is required.",
+        )),
+    }
+}
+
+/// `YYYY-MM-DD`.
+fn is_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
+        && (1..=12).contains(&s[5..7].parse::<u32>().unwrap_or(0))
+        && (1..=31).contains(&s[8..10].parse::<u32>().unwrap_or(0))
+}
+
+fn parse_json(raw: &[u8]) -> Result<Value, GatewayError> {
+    let v: Value = serde_json::from_slice(raw).map_err(|e| {
+        GatewayError::bad_request(None, format!("The request body is not valid JSON: {e}."))
+    })?;
+    if v.is_object() {
+        Ok(v)
+    } else {
+        Err(GatewayError::bad_request(
+            None,
+            "The request body must be a JSON object.",
+        ))
+    }
+}
+
+async fn read_job(
+    gw: &Gateway,
+    session: &mut Session,
+    shape: Shape,
+) -> Result<VideoJob, GatewayError> {
+    let raw = body::read(session, gw.config.limits.max_body_bytes).await?;
+    let bounds = Bounds {
+        max_seconds: gw.config.video.max_seconds,
+    };
+    let content_type = session
+        .get_header(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    match shape {
+        Shape::Videos => match multipart::boundary(&content_type) {
+            Some(b) => {
+                let form = multipart::parse(&raw, &b).map_err(bad)?;
+                job::from_videos_form(&raw, &form, bounds).map_err(bad)
+            }
+            None => job::from_videos_json(&parse_json(&raw)?, bounds).map_err(bad),
+        },
+        Shape::TextToVideo | Shape::Generations => {
+            job::from_task_json(&parse_json(&raw)?, false, bounds).map_err(bad)
+        }
+        Shape::ImageToVideo => job::from_task_json(&parse_json(&raw)?, true, bounds).map_err(bad),
+        Shape::VideoB => job::from_video_b(&parse_json(&raw)?, bounds).map_err(bad),
+    }
+}
+
+fn video_channel(p: ChannelProtocol) -> bool {
+    matches!(
+        p,
+        ChannelProtocol::OpenAi | ChannelProtocol::VideoA | ChannelProtocol::VideoB
+    )
+}
+
+fn per_second<'a>(gw: &'a Gateway, model: &str) -> Option<&'a Price> {
+    gw.config
+        .prices
+        .get(model)
+        .filter(|p| p.per_second_micros.is_some())
+}
+
+async fn submit(
+    gw: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    key: &AuthKey,
+    shape: Shape,
+) -> Result<(), GatewayError> {
+    let path = session.req_header().uri.path().to_string();
+    let job = read_job(gw, session, shape).await?;
+    {
+        let rec = ctx.record_mut();
+        rec.endpoint = path.clone();
+        rec.model = job.model.clone();
+    }
+    key.check_model(&job.model)?;
+    let served: Vec<Arc<Channel>> = gw
+        .router
+        .candidates(&job.model)
+        .into_iter()
+        .filter(|c| video_channel(c.protocol))
+        .collect();
+    if served.is_empty() {
+        return Err(GatewayError::ModelNotFound(job.model));
+    }
+    let candidates: Vec<Arc<Channel>> = served
+        .into_iter()
+        .filter(|c| vendors::accepts(c.protocol, &job))
+        .collect();
+    if candidates.is_empty() {
+        return Err(GatewayError::bad_request(
+            Some(match shape {
+                Shape::Videos => "input_reference",
+                _ => "image",
+            }),
+            "This model takes its reference image as a file or Base64 data, not as a URL.",
+        ));
+    }
+    let price = per_second(gw, &job.model)
+        .ok_or_else(|| GatewayError::ModelNotPriced(job.model.clone()))?;
+    let v = &gw.config.video;
+    let seconds = job.seconds.unwrap_or(v.default_seconds);
+    let worst = price
+        .video(seconds, job.n)
+        .ok_or_else(|| GatewayError::ModelNotPriced(job.model.clone()))?
+        .max(1);
+    let id = format!(
+        "task_{}",
+        crate::auth::keys::random_base62(32).map_err(|_| GatewayError::Internal)?
+    );
+    let now = ids::now_secs();
+    let timeout = v.task_timeout.as_secs();
+    let reservation = gw
+        .store
+        .reserve(
+            &key.rec.id,
+            &id,
+            worst,
+            worst,
+            now,
+            timeout + RESERVATION_MARGIN_SECS,
+        )
+        .await
+        .map_err(|e| store_error(&e))?
+        .map_err(GatewayError::from)?;
+    let mut guard = crate::billing::ReservationGuard::new(gw.store.clone(), reservation);
+
+    let no_headers = http::HeaderMap::new();
+    let mut failure = GatewayError::Upstream(UpstreamFailure::Connect);
+    for channel in candidates {
+        let upstream_model = channel.upstream_model(&job.model).to_string();
+        let Some((call, kind)) = vendors::submit(channel.protocol, &job, &upstream_model, seconds)
+        else {
+            continue;
+        };
+        ctx.record_mut().channel = channel.name.clone();
+        let mut ex = match open(gw, channel.clone(), &call, &no_headers).await {
+            Ok(ex) => ex,
+            Err(OpenError::NotSent(e)) => {
+                failure = e;
+                continue;
+            }
+            Err(OpenError::Sent(e)) => return Err(e),
+        };
+        if !(200..300).contains(&ex.status()) {
+            return Err(crate::relay::refused(gw, ctx, ex).await);
+        }
+        let answer = ex.body(STATUS_BODY_LIMIT).await?;
+        ex.finish(gw).await;
+        let Some(upstream_id) = vendors::submitted(channel.protocol, &answer) else {
+            tracing::warn!(request_id = %ctx.request_id, channel = %channel.name,
+                body = %String::from_utf8_lossy(&answer[..answer.len().min(512)]),
+                "video submission answer not understood");
+            return Err(GatewayError::Upstream(UpstreamFailure::BadResponse));
+        };
+        let t = TaskRecord {
+            id: id.clone(),
+            key_id: key.rec.id.clone(),
+            endpoint: path,
+            model: job.model.clone(),
+            channel: channel.name.clone(),
+            upstream_id,
+            upstream_kind: kind,
+            status: TaskStatus::Queued,
+            progress: 0,
+            created_at: now,
+            completed_at: None,
+            deadline: now.saturating_add(timeout as i64),
+            seconds,
+            size: job.size(),
+            n: job.n,
+            reserved: guard.amount(),
+            cost: 0,
+            polls: 0,
+            result: None,
+            error: None,
+        };
+        let due = ids::now_ms() + v.poll_interval.as_millis() as i64;
+        if let Err(e) = gw.store.create_task(&t, due).await {
+            // The upstream runs a task nobody will collect: refund it and say so.
+            tracing::error!(request_id = %ctx.request_id, task = %t.id, error = %e, "task not stored; refunded");
+            guard.settle(0).await;
+            return Err(store_error(&e));
+        }
+        // The task owns the reservation now: it is settled when the task ends.
+        guard.hand_over();
+        tracing::info!(request_id = %ctx.request_id, task = %t.id, channel = %t.channel, "video task submitted");
+        let body = match shape {
+            Shape::Videos => render::job_record(&t),
+            Shape::VideoB => render::video_b(serde_json::json!({"task_id": t.id}), &ctx.request_id),
+            _ => render::submitted(&t),
+        };
+        respond_json(session, ctx, 200, body.to_string().into_bytes()).await;
+        return Ok(());
+    }
+    Err(failure)
+}
+
+async fn open(
+    gw: &Gateway,
+    channel: Arc<Channel>,
+    call: &Call,
+    headers: &http::HeaderMap,
+) -> Result<Exchange, OpenError> {
+    let out = Outgoing {
+        method: call.method,
+        path: &call.path,
+        body: call.body.clone(),
+        content_type: &call.content_type,
+        stream: false,
+        client_headers: headers,
+    };
+    Exchange::open(gw, channel, &out).await
+}
+
+/// The caller's task, refreshed first when a poll is due and nobody else is on it.
+async fn current(gw: &Gateway, key: &AuthKey, id: &str) -> Result<TaskRecord, GatewayError> {
+    let t = gw
+        .store
+        .get_task(&key.rec.id, id)
+        .await
+        .map_err(|e| store_error(&e))?
+        .ok_or(GatewayError::TaskNotFound)?;
+    if t.status.is_terminal() {
+        return Ok(t);
+    }
+    let r = TaskRef {
+        key_id: t.key_id.clone(),
+        id: t.id.clone(),
+    };
+    let lease = gw.config.video.lease.as_millis() as i64;
+    match gw.store.claim_task(&r, ids::now_ms(), lease).await {
+        Ok(true) => Ok(poll_once(gw, &r).await.unwrap_or(t)),
+        _ => Ok(t),
+    }
+}
+
+/// Where a client downloads the task's video: the gateway's own content endpoint.
+fn content_url(gw: &Gateway, session: &Session, id: &str) -> String {
+    let base = match &gw.config.video.public_url {
+        Some(u) => u.clone(),
+        None => {
+            let h = session.req_header();
+            let host = h
+                .headers
+                .get(http::header::HOST)
+                .and_then(|v| v.to_str().ok())
+                .or_else(|| h.uri.authority().map(|a| a.as_str()))
+                .unwrap_or("localhost");
+            let https = session
+                .get_header("x-forwarded-proto")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|p| p.eq_ignore_ascii_case("https"));
+            format!("{}://{host}", if https { "https" } else { "http" })
+        }
+    };
+    format!("{base}/v1/videos/{id}/content")
+}
+
+async fn content(
+    gw: &Gateway,
+    session: &mut Session,
+    ctx: &mut Ctx,
+    key: &AuthKey,
+    id: &str,
+    query: Option<&str>,
+) -> Result<(), GatewayError> {
+    let t = current(gw, key, id).await?;
+    if t.status != TaskStatus::Completed {
+        return Err(GatewayError::bad_request(
+            None,
+            format!(
+                "The video of task {} is not ready (status: {}).",
+                t.id,
+                t.status.as_str()
+            ),
+        ));
+    }
+    let channel = gw
+        .router
+        .by_name(&t.channel)
+        .ok_or(GatewayError::Upstream(UpstreamFailure::Connect))?;
+    let variant = query.and_then(|q| {
+        url::form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "variant")
+            .map(|(_, v)| v.into_owned())
+    });
+    let source = vendors::content(channel.protocol, &t, variant.as_deref())
+        .ok_or(GatewayError::Upstream(UpstreamFailure::BadResponse))?;
+    let (target, path) = match source {
+        Source::Channel(p) => (channel, p),
+        Source::Url(u) => {
+            let (c, p) = channel
+                .for_url(&u)
+                .ok_or(GatewayError::Upstream(UpstreamFailure::BadResponse))?;
+            (Arc::new(c), p)
+        }
+    };
+    let call = Call {
+        method: "GET",
+        path,
+        content_type: String::new(),
+        body: Bytes::new(),
+    };
+    let mut ex = match open(gw, target, &call, &http::HeaderMap::new()).await {
+        Ok(ex) => ex,
+        Err(OpenError::NotSent(e) | OpenError::Sent(e)) => return Err(e),
+    };
+    if !(200..300).contains(&ex.status()) {
+        return Err(crate::relay::refused(gw, ctx, ex).await);
+    }
+    let ct = match ex.content_type() {
+        "" => "video/mp4".to_string(),
+        c => c.to_string(),
+    };
+    ctx.status = 200;
+    let Some(h) = response_header(ctx, 200, &ct, None) else {
+        return Err(GatewayError::Internal);
+    };
+    if session
+        .write_response_header(Box::new(h), false)
+        .await
+        .is_err()
+    {
+        ex.finish(gw).await;
+        return Ok(());
+    }
+    loop {
+        match ex.chunk().await {
+            Ok(Some(chunk)) => {
+                if session
+                    .write_response_body(Some(chunk), false)
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            Ok(None) => {
+                let _ = session.write_response_body(None, true).await;
+                break;
+            }
+            Err(_) => {
+                // The client has a 200 and part of the video: close instead of ending it.
+                ctx.status = 500;
+                session.set_keepalive(None);
+                break;
+            }
+        }
+    }
+    ex.finish(gw).await;
+    Ok(())
+}
+
+/// How long to wait before the next poll of a task polled `polls` times.
+fn backoff(gw: &Gateway, polls: u32) -> i64 {
+    let v = &gw.config.video;
+    let base = v.poll_interval.as_millis() as i64;
+    let factor = 1i64 << polls.saturating_sub(1).min(16);
+    base.saturating_mul(factor)
+        .min(v.max_poll_interval.as_millis() as i64)
+}
+
+/// Moves one claimed task on: asks its upstream, then saves the progress or ends the task
+/// (settling its bill). Returns the task as it now stands, `None` if it is gone.
+pub async fn poll_once(gw: &Gateway, r: &TaskRef) -> Option<TaskRecord> {
+    let mut t = match gw.store.get_task(&r.key_id, &r.id).await {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            forget(gw, r).await;
+            return None;
+        }
+        Err(e) => {
+            tracing::warn!(task = %r.id, error = %e, "task not readable; retried after its lease");
+            return None;
+        }
+    };
+    if t.status.is_terminal() {
+        return Some(t);
+    }
+    let now = ids::now_secs();
+    if now >= t.deadline {
+        return Some(
+            fail(
+                gw,
+                t,
+                "task_timeout",
+                "The video task did not finish in time; it was refunded.",
+            )
+            .await,
+        );
+    }
+    let Some(channel) = gw.router.by_name(&t.channel) else {
+        return Some(
+            fail(
+                gw,
+                t,
+                "channel_removed",
+                "The upstream of this task is no longer configured; it was refunded.",
+            )
+            .await,
+        );
+    };
+    t.polls = t.polls.saturating_add(1);
+    match ask(gw, &channel, &t).await {
+        Asked::Progress(p) => match p.status {
+            TaskStatus::Completed => {
+                t.status = TaskStatus::Completed;
+                t.progress = 100;
+                t.completed_at = Some(ids::now_secs());
+                t.result = p.result;
+                t.cost = completed_cost(gw, &t);
+                Some(finish(gw, t).await)
+            }
+            TaskStatus::Failed => {
+                tracing::warn!(task = %t.id, channel = %t.channel,
+                    upstream = %p.failure.unwrap_or_default(), "video task failed upstream");
+                Some(
+                    fail(
+                        gw,
+                        t,
+                        "generation_failed",
+                        "The upstream could not generate this video; it was refunded.",
+                    )
+                    .await,
+                )
+            }
+            open => {
+                t.status = open;
+                if let Some(pr) = p.progress {
+                    t.progress = pr.min(99);
+                } else if open == TaskStatus::InProgress && t.progress == 0 {
+                    t.progress = 1;
+                }
+                save(gw, t).await
+            }
+        },
+        Asked::Lost => Some(
+            fail(
+                gw,
+                t,
+                "generation_failed",
+                "The upstream no longer knows this task; it was refunded.",
+            )
+            .await,
+        ),
+        Asked::Retry => save(gw, t).await,
+    }
+}
+
+/// A due entry whose task was never written (a submission that failed between the
+/// store's two writes): ending it by id removes the entry, so it is not handed out again.
+async fn forget(gw: &Gateway, r: &TaskRef) {
+    let t = TaskRecord {
+        id: r.id.clone(),
+        key_id: r.key_id.clone(),
+        endpoint: String::new(),
+        model: String::new(),
+        channel: String::new(),
+        upstream_id: String::new(),
+        upstream_kind: String::new(),
+        status: TaskStatus::Failed,
+        progress: 0,
+        created_at: 0,
+        completed_at: None,
+        deadline: 0,
+        seconds: 0.0,
+        size: None,
+        n: 0,
+        reserved: 0,
+        cost: 0,
+        polls: 0,
+        result: None,
+        error: None,
+    };
+    let usage = UsageRecord {
+        request_id: r.id.clone(),
+        time_ms: ids::now_ms(),
+        key_id: r.key_id.clone(),
+        endpoint: String::new(),
+        model: String::new(),
+        channel: String::new(),
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        cached_tokens: 0,
+        cost: 0,
+        status: 500,
+        latency_ms: 0,
+        stream: false,
+    };
+    // Changes nothing for a task that exists; only the stray due entry goes.
+    let _ = gw.store.finish_task(&t, &usage).await;
+}
+
+async fn save(gw: &Gateway, t: TaskRecord) -> Option<TaskRecord> {
+    let due = ids::now_ms() + backoff(gw, t.polls);
+    if let Err(e) = gw.store.save_task(&t, due).await {
+        tracing::warn!(task = %t.id, error = %e, "task progress not saved");
+    }
+    Some(t)
+}
+
+enum Asked {
+    Progress(vendors::Progress),
+    /// The upstream says the task does not exist.
+    Lost,
+    /// No answer worth acting on now (network, 5xx, 429, unreadable): ask again later.
+    Retry,
+}
+
+async fn ask(gw: &Gateway, channel: &Arc<Channel>, t: &TaskRecord) -> Asked {
+    let call = vendors::poll(channel.protocol, t, channel.upstream_model(&t.model));
+    let mut ex = match open(gw, channel.clone(), &call, &http::HeaderMap::new()).await {
+        Ok(ex) => ex,
+        Err(OpenError::NotSent(e) | OpenError::Sent(e)) => {
+            tracing::debug!(task = %t.id, error = ?e, "video status poll failed");
+            return Asked::Retry;
+        }
+    };
+    let status = ex.status();
+    let body = ex.body(STATUS_BODY_LIMIT).await;
+    ex.finish(gw).await;
+    let Ok(body) = body else {
+        return Asked::Retry;
+    };
+    if status == 404 || status == 410 {
+        return Asked::Lost;
+    }
+    if !(200..300).contains(&status) {
+        tracing::warn!(task = %t.id, channel = %channel.name, status,
+            body = %String::from_utf8_lossy(&body[..body.len().min(512)]), "video status poll refused");
+        return Asked::Retry;
+    }
+    match vendors::progress(channel.protocol, &body) {
+        Some(p) => Asked::Progress(p),
+        None => {
+            tracing::warn!(task = %t.id, channel = %channel.name,
+                body = %String::from_utf8_lossy(&body[..body.len().min(512)]), "video status answer not understood");
+            Asked::Retry
+        }
+    }
+}
+
+/// Seconds delivered (never more than asked for) at the model's price, never more than
+/// was reserved.
+fn completed_cost(gw: &Gateway, t: &TaskRecord) -> Micros {
+    let delivered = t
+        .result
+        .as_ref()
+        .and_then(|r| r.duration)
+        .filter(|d| *d > 0.0)
+        .map_or(t.seconds, |d| d.min(t.seconds));
+    per_second(gw, &t.model)
+        .and_then(|p| p.video(delivered, t.n))
+        .unwrap_or(t.reserved)
+        .min(t.reserved)
+}
+
+async fn fail(gw: &Gateway, mut t: TaskRecord, code: &str, message: &str) -> TaskRecord {
+    t.status = TaskStatus::Failed;
+    t.completed_at = Some(ids::now_secs());
+    t.cost = 0;
+    t.error = Some(TaskError {
+        code: code.into(),
+        message: message.into(),
+    });
+    finish(gw, t).await
+}
+
+/// Ends the task in the store (once, whoever gets there first), then reads back what
+/// the store holds.
+async fn finish(gw: &Gateway, t: TaskRecord) -> TaskRecord {
+    let now_ms = ids::now_ms();
+    let usage = UsageRecord {
+        request_id: t.id.clone(),
+        time_ms: now_ms,
+        key_id: t.key_id.clone(),
+        endpoint: t.endpoint.clone(),
+        model: t.model.clone(),
+        channel: t.channel.clone(),
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        cached_tokens: 0,
+        cost: t.cost,
+        status: if t.status == TaskStatus::Completed {
+            200
+        } else {
+            500
+        },
+        latency_ms: (now_ms - t.created_at * 1000).max(0) as u64,
+        stream: false,
+    };
+    match gw.store.finish_task(&t, &usage).await {
+        Ok(true) => {
+            tracing::info!(task = %t.id, status = t.status.as_str(), cost = t.cost, "video task ended");
+            t
+        }
+        Ok(false) => match gw.store.get_task(&t.key_id, &t.id).await {
+            Ok(Some(stored)) => stored,
+            _ => t,
+        },
+        Err(e) => {
+            // Still open in the store: the next poll after the lease tries again.
+            tracing::warn!(task = %t.id, error = %e, "task end not stored; will retry");
+            t
+        }
+    }
+}
