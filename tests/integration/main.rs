@@ -11,6 +11,8 @@ mod mock_upstream;
 mod providers;
 #[path = "../support/redis.rs"]
 mod redis_server;
+#[path = "../support/video_upstream.rs"]
+mod video_upstream;
 
 mod auth;
 mod chat;
@@ -22,3 +24,4 @@ mod realtime;
 mod sdk;
 mod stores;
 mod task_store;
+mod video;
