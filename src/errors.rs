@@ -53,6 +53,8 @@ pub enum GatewayError {
     NotFound,
     ModelNotFound(String),
     TaskNotFound,
+    /// A video task's content before it completed (its status is named).
+    VideoNotReady(&'static str),
     KeyNotFound,
     MethodNotAllowed,
     BodyTooLarge(usize),
@@ -94,7 +96,7 @@ impl GatewayError {
             MissingKey | MalformedKey | UnknownKey | AdminUnauthorized => 401,
             KeyDisabled | KeyExpired | IpNotAllowed | ModelNotAllowed(_) | QuotaExhausted
             | ModelNotPriced(_) => 403,
-            NotFound | ModelNotFound(_) | TaskNotFound | KeyNotFound => 404,
+            NotFound | ModelNotFound(_) | TaskNotFound | VideoNotReady(_) | KeyNotFound => 404,
             MethodNotAllowed => 405,
             BodyTooLarge(_) => 413,
             RateLimited => 429,
@@ -122,6 +124,7 @@ impl GatewayError {
             NotFound => "not_found",
             ModelNotFound(_) => "model_not_found",
             TaskNotFound => "task_not_found",
+            VideoNotReady(_) => "video_not_ready",
             KeyNotFound => "key_not_found",
             MethodNotAllowed => "method_not_allowed",
             BodyTooLarge(_) => "request_too_large",
@@ -171,6 +174,9 @@ impl GatewayError {
             NotFound => "Unknown path.".into(),
             ModelNotFound(m) => format!("The model `{m}` does not exist or is not served."),
             TaskNotFound => "Task not found.".into(),
+            VideoNotReady(status) => {
+                format!("The video is not available: the task is {status}.")
+            }
             KeyNotFound => "API key not found.".into(),
             MethodNotAllowed => "Method not allowed on this path.".into(),
             BodyTooLarge(limit) => {

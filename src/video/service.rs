@@ -399,14 +399,7 @@ async fn content(
 ) -> Result<(), GatewayError> {
     let t = current(gw, key, id).await?;
     if t.status != TaskStatus::Completed {
-        return Err(GatewayError::bad_request(
-            None,
-            format!(
-                "The video of task {} is not ready (status: {}).",
-                t.id,
-                t.status.as_str()
-            ),
-        ));
+        return Err(GatewayError::VideoNotReady(t.status.as_str()));
     }
     let channel = gw
         .router

@@ -3,6 +3,7 @@
 
 use crate::gateway::{StoreKind, TestGateway};
 use crate::mock_upstream::{openai, End, MockUpstream, Reply};
+use crate::video_upstream::{VideoUpstream, API_KEY as VIDEO_KEY};
 use crate::{media, media_upstream, protocols, providers};
 use serde_json::json;
 use std::time::Duration;
@@ -33,6 +34,7 @@ async fn official_python_sdks() {
     let up = openai_upstream().await;
     let scripted = providers::start().await;
     let media_up = media_upstream::start().await;
+    let video_up = VideoUpstream::start().await;
     // The protocol matrix's channels, plus one for the openai-only tests.
     let cfg = protocols::config(&scripted.base_url()).replacen(
         "channels:\n",
@@ -45,7 +47,16 @@ async fn official_python_sdks() {
     .replacen("channels:\n", &format!("channels:\n{}", media::channel(&media_up.base_url())), 1)
         + "  gpt-4o-mini: { input: 0.15, output: 0.60 }\n"
         + media::PRICES
+        + "  sora-2: { per_second: 0.01 }\n"
         + media::FAMILIES;
+    let cfg = cfg.replacen(
+        "channels:\n",
+        &format!(
+            "channels:\n  - {{ name: sdk-video, protocol: openai, base_url: \"{}\", api_key: {VIDEO_KEY}, models: [sora-2] }}\n",
+            video_up.base_url()
+        ),
+        1,
+    ) + "video: { poll_interval_ms: 20, max_poll_interval_ms: 100 }\n";
     let gw = TestGateway::start(&cfg, StoreKind::Embedded).await;
     let (key, _) = gw
         .create_key(json!({"quota_usd": 1, "models": ["gpt-4o-mini"]}))
