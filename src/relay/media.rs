@@ -60,7 +60,8 @@ fn bad(i: Invalid) -> GatewayError {
     }
 }
 
-fn parse_json(raw: &[u8]) -> Result<Value, GatewayError> {
+/// A JSON object body, or the 400 that says why not.
+pub(crate) fn parse_json(raw: &[u8]) -> Result<Value, GatewayError> {
     let v: Value = serde_json::from_slice(raw).map_err(|e| {
         GatewayError::bad_request(None, format!("The request body is not valid JSON: {e}."))
     })?;

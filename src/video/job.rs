@@ -243,19 +243,43 @@ pub fn from_task_json(body: &Value, needs_image: bool, b: Bounds) -> Result<Vide
     })
 }
 
-/// Spec 4.8: `POST /v1/videos` as multipart/form-data.
-pub fn from_videos_form(raw: &Bytes, form: &Form, b: Bounds) -> Result<VideoJob, Invalid> {
-    let model = required_text(form.field("model"), "model")?;
-    let prompt = required_text(form.field("prompt"), "prompt")?;
-    let seconds = form
-        .field("seconds")
-        .map(|s| seconds_value(&Value::String(s.to_string()), "seconds", b))
-        .transpose()?;
-    let (width, height) = match form.field("size").filter(|s| !s.is_empty()) {
+/// The fields of spec 4.8, however they were sent; the reference image is read last, so
+/// a missing `model` or `prompt` is the error named first.
+fn videos_job(
+    model: Option<&str>,
+    prompt: Option<&str>,
+    seconds: Option<Value>,
+    size_text: Option<&str>,
+    image: impl FnOnce() -> Result<Option<Image>, Invalid>,
+    b: Bounds,
+) -> Result<VideoJob, Invalid> {
+    let model = required_text(model, "model")?;
+    let prompt = required_text(prompt, "prompt")?;
+    let seconds = match seconds {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(seconds_value(&v, "seconds", b)?),
+    };
+    let (width, height) = match size_text.filter(|s| !s.is_empty()) {
         Some(s) => size(s).map(|(w, h)| (Some(w), Some(h)))?,
         None => (None, None),
     };
-    let image = match form.file("input_reference") {
+    Ok(VideoJob {
+        model,
+        prompt,
+        seconds,
+        width,
+        height,
+        fps: None,
+        seed: None,
+        n: 1,
+        image: image()?,
+        extra: Map::new(),
+    })
+}
+
+/// Spec 4.8: `POST /v1/videos` as multipart/form-data.
+pub fn from_videos_form(raw: &Bytes, form: &Form, b: Bounds) -> Result<VideoJob, Invalid> {
+    let image = || match form.file("input_reference") {
         Some(f) if !f.range.is_empty() => {
             let data = raw.slice(f.range.clone());
             let content_type = f
@@ -263,69 +287,50 @@ pub fn from_videos_form(raw: &Bytes, form: &Form, b: Bounds) -> Result<VideoJob,
                 .clone()
                 .filter(|c| c.starts_with("image/"))
                 .unwrap_or_else(|| sniff(&data).to_string());
-            Some(Image::Bytes {
+            Ok(Some(Image::Bytes {
                 data,
                 content_type,
                 filename: f
                     .filename
                     .clone()
                     .unwrap_or_else(|| "reference".to_string()),
-            })
+            }))
         }
-        Some(_) => {
-            return Err(invalid(
-                "input_reference",
-                "`input_reference` is an empty file.",
-            ))
-        }
-        None => match form.field("input_reference") {
-            Some(s) => Some(image_text(s, "input_reference")?),
-            None => None,
-        },
+        Some(_) => Err(invalid(
+            "input_reference",
+            "`input_reference` is an empty file.",
+        )),
+        None => form
+            .field("input_reference")
+            .map(|s| image_text(s, "input_reference"))
+            .transpose(),
     };
-    Ok(VideoJob {
-        model,
-        prompt,
-        seconds,
-        width,
-        height,
-        fps: None,
-        seed: None,
-        n: 1,
+    videos_job(
+        form.field("model"),
+        form.field("prompt"),
+        form.field("seconds").map(|s| Value::String(s.to_string())),
+        form.field("size"),
         image,
-        extra: Map::new(),
-    })
+        b,
+    )
 }
 
 /// Spec 4.8 sent as JSON (the same fields; `input_reference` as a URL or Base64).
 pub fn from_videos_json(body: &Value, b: Bounds) -> Result<VideoJob, Invalid> {
     let obj = crate::protocol::body_object(body)?;
-    let model = required_text(text_field(obj, "model")?, "model")?;
-    let prompt = required_text(text_field(obj, "prompt")?, "prompt")?;
-    let seconds = match obj.get("seconds") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(seconds_value(v, "seconds", b)?),
-    };
-    let (width, height) = match text_field(obj, "size")? {
-        Some(s) => size(s).map(|(w, h)| (Some(w), Some(h)))?,
-        None => (None, None),
-    };
-    let image = match text_field(obj, "input_reference")? {
-        Some(s) => Some(image_text(s, "input_reference")?),
-        None => None,
-    };
-    Ok(VideoJob {
-        model,
-        prompt,
-        seconds,
-        width,
-        height,
-        fps: None,
-        seed: None,
-        n: 1,
-        image,
-        extra: Map::new(),
-    })
+    let reference = text_field(obj, "input_reference")?;
+    videos_job(
+        text_field(obj, "model")?,
+        text_field(obj, "prompt")?,
+        obj.get("seconds").cloned(),
+        text_field(obj, "size")?,
+        || {
+            reference
+                .map(|s| image_text(s, "input_reference"))
+                .transpose()
+        },
+        b,
+    )
 }
 
 /// Spec 4.14, `CVSync2AsyncSubmitTask`: `req_key` names the model (a `model` field, when

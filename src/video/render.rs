@@ -8,7 +8,8 @@ use serde_json::{json, Map, Value};
 /// How long a finished video stays downloadable, as the job record announces it.
 pub const CONTENT_TTL_SECS: i64 = 24 * 3600;
 
-fn seconds_text(s: f64) -> String {
+/// Seconds as the videos API writes them: `"4"`, or `"2.5"`.
+pub fn seconds_text(s: f64) -> String {
     if s.fract() == 0.0 && s < 1e15 {
         format!("{}", s as i64)
     } else {

@@ -20,6 +20,7 @@ use crate::protocol::Invalid;
 use crate::proxy::ctx::{respond_json, response_header};
 use crate::proxy::Ctx;
 use crate::relay::body;
+use crate::relay::media::parse_json;
 use crate::relay::upstream::{Exchange, OpenError, Outgoing};
 use crate::store::tasks::{TaskError, TaskRecord, TaskRef, TaskStatus};
 use crate::store::{Micros, UsageRecord};
@@ -131,20 +132,6 @@ fn is_date(s: &str) -> bool {
             .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
         && (1..=12).contains(&s[5..7].parse::<u32>().unwrap_or(0))
         && (1..=31).contains(&s[8..10].parse::<u32>().unwrap_or(0))
-}
-
-fn parse_json(raw: &[u8]) -> Result<Value, GatewayError> {
-    let v: Value = serde_json::from_slice(raw).map_err(|e| {
-        GatewayError::bad_request(None, format!("The request body is not valid JSON: {e}."))
-    })?;
-    if v.is_object() {
-        Ok(v)
-    } else {
-        Err(GatewayError::bad_request(
-            None,
-            "The request body must be a JSON object.",
-        ))
-    }
 }
 
 async fn read_job(

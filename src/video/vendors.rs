@@ -11,6 +11,7 @@
 //!   with `code` 10000 for success; the video at `data.video_url`.
 
 use super::job::{Image, VideoJob};
+use super::render::seconds_text;
 use crate::channels::ChannelProtocol;
 use crate::store::tasks::{TaskRecord, TaskResult, TaskStatus};
 use base64::Engine;
@@ -78,14 +79,6 @@ pub fn accepts(protocol: ChannelProtocol, job: &VideoJob) -> bool {
         ChannelProtocol::OpenAi => !matches!(job.image, Some(Image::Url(_))),
         ChannelProtocol::VideoA | ChannelProtocol::VideoB => true,
         ChannelProtocol::Anthropic | ChannelProtocol::Gemini => false,
-    }
-}
-
-fn seconds_text(s: f64) -> String {
-    if s.fract() == 0.0 && s < 1e15 {
-        format!("{}", s as i64)
-    } else {
-        format!("{s}")
     }
 }
 
@@ -194,19 +187,7 @@ pub fn submit(
                 }
                 None => "text2video",
             };
-            body.insert("duration".into(), json!(seconds));
-            for (k, v) in [
-                ("width", job.width),
-                ("height", job.height),
-                ("fps", job.fps),
-            ] {
-                if let Some(v) = v {
-                    body.insert(k.into(), json!(v));
-                }
-            }
-            if let Some(s) = job.seed {
-                body.insert("seed".into(), json!(s));
-            }
+            put_shape(&mut body, job, seconds);
             if job.n != 1 {
                 body.insert("n".into(), json!(job.n));
             }
@@ -231,19 +212,7 @@ pub fn submit(
                 }
                 None => {}
             }
-            body.insert("duration".into(), json!(seconds));
-            for (k, v) in [
-                ("width", job.width),
-                ("height", job.height),
-                ("fps", job.fps),
-            ] {
-                if let Some(v) = v {
-                    body.insert(k.into(), json!(v));
-                }
-            }
-            if let Some(s) = job.seed {
-                body.insert("seed".into(), json!(s));
-            }
+            put_shape(&mut body, job, seconds);
             Some((
                 Call::json(
                     format!("/?Action=CVSync2AsyncSubmitTask&Version={VIDEO_B_VERSION}"),
@@ -253,6 +222,23 @@ pub fn submit(
             ))
         }
         ChannelProtocol::Anthropic | ChannelProtocol::Gemini => None,
+    }
+}
+
+/// Duration, frame size, frame rate and seed, as both task-style APIs name them.
+fn put_shape(body: &mut Map<String, Value>, job: &VideoJob, seconds: f64) {
+    body.insert("duration".into(), json!(seconds));
+    for (k, v) in [
+        ("width", job.width),
+        ("height", job.height),
+        ("fps", job.fps),
+    ] {
+        if let Some(v) = v {
+            body.insert(k.into(), json!(v));
+        }
+    }
+    if let Some(s) = job.seed {
+        body.insert("seed".into(), json!(s));
     }
 }
 
