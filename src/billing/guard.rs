@@ -1,6 +1,6 @@
 //! Settle-on-drop: a reservation is always released, whichever way a request ends.
 
-use crate::store::{Micros, Reservation, Store};
+use crate::store::{Micros, Reservation, Store, UsageRecord};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,14 +50,34 @@ impl ReservationGuard {
 
     /// Settles once; later calls do nothing.
     pub async fn settle(&mut self, actual: Micros) -> SettleOutcome {
+        self.settle_with(actual, None).await
+    }
+
+    /// Settles once and appends the request's usage record in the same store step.
+    /// Without a reservation (already settled) the record is appended alone.
+    pub async fn settle_logged(&mut self, actual: Micros, usage: UsageRecord) -> SettleOutcome {
+        if self.reservation.is_none() {
+            if let Err(e) = self.store.append_usage(&usage).await {
+                tracing::warn!(request_id = %usage.request_id, error = %e, "usage record not written");
+            }
+            return SettleOutcome::Settled;
+        }
+        self.settle_with(actual, Some(usage)).await
+    }
+
+    async fn settle_with(&mut self, actual: Micros, usage: Option<UsageRecord>) -> SettleOutcome {
         let Some(r) = self.reservation.take() else {
             return SettleOutcome::Settled;
         };
-        match self.store.settle(&r, actual).await {
+        let done = match &usage {
+            Some(u) => self.store.settle_logged(&r, actual, u).await,
+            None => self.store.settle(&r, actual).await,
+        };
+        match done {
             Ok(()) => SettleOutcome::Settled,
             Err(e) => {
                 tracing::warn!(reservation = %r.id, error = %e, "settle failed; retrying in background");
-                spawn_retry(self.store.clone(), r, actual);
+                spawn_retry(self.store.clone(), r, actual, usage);
                 SettleOutcome::Deferred
             }
         }
@@ -67,12 +87,12 @@ impl ReservationGuard {
 impl Drop for ReservationGuard {
     fn drop(&mut self) {
         if let Some(r) = self.reservation.take() {
-            spawn_retry(self.store.clone(), r, self.charge_on_drop);
+            spawn_retry(self.store.clone(), r, self.charge_on_drop, None);
         }
     }
 }
 
-fn spawn_retry(store: Arc<dyn Store>, r: Reservation, actual: Micros) {
+fn spawn_retry(store: Arc<dyn Store>, r: Reservation, actual: Micros, usage: Option<UsageRecord>) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::error!(reservation = %r.id, charge = actual, "no runtime to settle on; the reservation will expire");
         return;
@@ -81,7 +101,11 @@ fn spawn_retry(store: Arc<dyn Store>, r: Reservation, actual: Micros) {
         let started = tokio::time::Instant::now();
         let mut wait = Duration::from_millis(100);
         loop {
-            match store.settle(&r, actual).await {
+            let done = match &usage {
+                Some(u) => store.settle_logged(&r, actual, u).await,
+                None => store.settle(&r, actual).await,
+            };
+            match done {
                 Ok(()) => return,
                 Err(e) if started.elapsed() < SETTLE_RETRY_FOR => {
                     tracing::warn!(reservation = %r.id, error = %e, "settle retry failed");

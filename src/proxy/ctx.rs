@@ -4,7 +4,7 @@ use crate::auth::AuthKey;
 use crate::errors::{ErrorShape, GatewayError};
 use crate::ids;
 use crate::protocol::Usage;
-use crate::store::Micros;
+use crate::store::{Micros, UsageRecord};
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
@@ -50,6 +50,28 @@ impl Ctx {
 
     pub fn record_mut(&mut self) -> &mut Record {
         self.record.get_or_insert_with(Record::default)
+    }
+
+    /// The usage record of an authenticated request, once: later calls (the `logging`
+    /// phase after a relay already wrote it) get `None`.
+    pub fn take_usage_record(&mut self, status: u16) -> Option<UsageRecord> {
+        let key = self.key.as_ref()?;
+        let rec = self.record.take()?;
+        Some(UsageRecord {
+            request_id: self.request_id.clone(),
+            time_ms: self.time_ms,
+            key_id: key.rec.id.clone(),
+            endpoint: rec.endpoint,
+            model: rec.model,
+            channel: rec.channel,
+            prompt_tokens: rec.usage.input_tokens,
+            completion_tokens: rec.usage.output_tokens,
+            cached_tokens: rec.usage.cached_input_tokens,
+            cost: rec.cost,
+            status,
+            latency_ms: self.started.elapsed().as_millis() as u64,
+            stream: rec.stream,
+        })
     }
 }
 

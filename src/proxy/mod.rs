@@ -9,7 +9,8 @@
 //!    each ends the request here ([`Phase::Responded`]).
 //! 3. `upstream_peer`: never reached (no route continues to Pingora's proxy path).
 //! 4. `fail_to_proxy`: a Pingora-level failure, rendered in the spec's envelope.
-//! 5. `logging`: appends the usage record of an authenticated request.
+//! 5. `logging`: appends the usage record of an authenticated request, unless the relay
+//!    already wrote it together with the request's settlement.
 
 pub mod ctx;
 pub mod route;
@@ -22,7 +23,6 @@ use crate::errors::GatewayError;
 use crate::gateway::Gateway;
 use crate::realtime;
 use crate::relay;
-use crate::store::UsageRecord;
 use crate::video;
 use async_trait::async_trait;
 use ctx::respond_error;
@@ -176,27 +176,12 @@ async fn dispatch(
 }
 
 async fn record_usage(gw: &Gateway, session: &Session, ctx: &mut Ctx) {
-    let (Some(key), Some(rec)) = (&ctx.key, ctx.record.take()) else {
-        return;
-    };
     let status = match ctx.status {
         0 => session.response_written().map_or(0, |h| h.status.as_u16()),
         s => s,
     };
-    let u = UsageRecord {
-        request_id: ctx.request_id.clone(),
-        time_ms: ctx.time_ms,
-        key_id: key.rec.id.clone(),
-        endpoint: rec.endpoint,
-        model: rec.model,
-        channel: rec.channel,
-        prompt_tokens: rec.usage.input_tokens,
-        completion_tokens: rec.usage.output_tokens,
-        cached_tokens: rec.usage.cached_input_tokens,
-        cost: rec.cost,
-        status,
-        latency_ms: ctx.started.elapsed().as_millis() as u64,
-        stream: rec.stream,
+    let Some(u) = ctx.take_usage_record(status) else {
+        return;
     };
     if let Err(e) = gw.store.append_usage(&u).await {
         tracing::warn!(request_id = %u.request_id, error = %e, "usage record not written");

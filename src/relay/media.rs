@@ -329,7 +329,7 @@ async fn exchange(
         let answer = ex.body(gw.config.limits.max_response_bytes).await?;
         ex.finish(gw).await;
         let (cost, usage) = actual(price, plan, &answer, worst);
-        settle(ctx, guard, cost, usage).await;
+        settle(ctx, guard, cost, usage, 200).await;
         let answer = client_model(answer, &content_type, &plan.model);
         let ct = if content_type.is_empty() {
             "application/json"
@@ -343,9 +343,15 @@ async fn exchange(
 }
 
 /// Records the cost (never above the reservation: the cap holds even if an upstream
-/// delivers more than was asked) and settles before the answer leaves, so a caller who
-/// reads its balance next sees the charge.
-async fn settle(ctx: &mut Ctx, guard: &mut ReservationGuard, cost: Micros, usage: Usage) {
+/// delivers more than was asked) and settles, with the usage record, before the answer
+/// leaves, so a caller who reads its balance next sees the charge.
+async fn settle(
+    ctx: &mut Ctx,
+    guard: &mut ReservationGuard,
+    cost: Micros,
+    usage: Usage,
+    status: u16,
+) {
     let reserved = guard.amount();
     if cost > reserved {
         tracing::warn!(request_id = %ctx.request_id, cost, reserved, "answer cost more than its worst case; capped");
@@ -354,7 +360,7 @@ async fn settle(ctx: &mut Ctx, guard: &mut ReservationGuard, cost: Micros, usage
     let rec = ctx.record_mut();
     rec.cost = cost;
     rec.usage = usage;
-    guard.settle(cost).await;
+    super::settle_logged(ctx, guard, cost, status).await;
 }
 
 /// A JSON answer shows the client's model name, never the upstream's.
@@ -417,7 +423,7 @@ async fn speech(
             Err(_) => break true,
         }
     };
-    settle(ctx, guard, cost, usage).await;
+    settle(ctx, guard, cost, usage, if broke { 500 } else { 200 }).await;
     if client_ok && !broke {
         let _ = session.write_response_body(None, true).await;
     }

@@ -132,6 +132,20 @@ pub(crate) async fn reserve(
     Ok(ReservationGuard::new(gw.store.clone(), reservation))
 }
 
+/// Settles the request's reservation and writes its usage record (from `ctx.record`, with
+/// this status) in one store step; the `logging` phase then has nothing left to write.
+pub(crate) async fn settle_logged(
+    ctx: &mut Ctx,
+    guard: &mut ReservationGuard,
+    cost: Micros,
+    status: u16,
+) {
+    match ctx.take_usage_record(status) {
+        Some(u) => guard.settle_logged(cost, u).await,
+        None => guard.settle(cost).await,
+    };
+}
+
 /// An upstream's non-2xx answer: its text goes to the operator's log, the client gets
 /// the status and a stable message (spec 7.2).
 pub(crate) async fn refused(gw: &Gateway, ctx: &Ctx, mut ex: Exchange) -> GatewayError {
@@ -301,7 +315,7 @@ async fn whole(
     rec.usage = usage;
     rec.cost = cost;
     // Settled before the answer leaves: a caller who reads its balance next sees the charge.
-    guard.settle(cost).await;
+    settle_logged(ctx, guard, cost, 200).await;
     respond(session, ctx, 200, "application/json", Bytes::from(out)).await;
     Ok(())
 }

@@ -83,8 +83,15 @@ pub async fn relay(
         .map(|e: &GatewayError| e.full_message(&ctx.request_id));
     tr.finish(message.as_deref(), &mut out);
     let (usage, cost) = billing.cost(seen(tr.usage()));
+    let rec = ctx.record_mut();
+    rec.usage = usage;
+    rec.cost = cost;
+    if broke.is_some() {
+        // The client saw a 200 header, then an error event: the log says it failed.
+        ctx.status = 500;
+    }
     // Settled before the stream's last bytes: a caller who reads its balance next sees it.
-    guard.settle(cost).await;
+    super::settle_logged(ctx, guard, cost, ctx.status).await;
     if client_ok {
         if !out.is_empty() {
             client_ok = write(session, Bytes::from(out)).await;
@@ -96,13 +103,6 @@ pub async fn relay(
         }
     }
     ex.finish(gw).await;
-    let rec = ctx.record_mut();
-    rec.usage = usage;
-    rec.cost = cost;
-    if broke.is_some() {
-        // The client saw a 200 header, then an error event: the log says it failed.
-        ctx.status = 500;
-    }
 }
 
 /// `None` until the upstream reported any usage.

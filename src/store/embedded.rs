@@ -152,6 +152,11 @@ impl EmbeddedStore {
         Ok(())
     }
 
+    /// Whether this usage insert should also prune the key's oldest rows.
+    fn prune_due(&self) -> bool {
+        self.inserts.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1
+    }
+
     /// Runs `f` on the store thread, inside the next group commit.
     async fn call<T: Send + 'static>(
         &self,
@@ -252,6 +257,27 @@ fn settle_in(
         params![key_id, actual.max(0)],
     )
     .map_err(internal)?;
+    Ok(())
+}
+
+/// Appends a usage record (JSON text) for a key, pruning the key's oldest rows when
+/// `prune` is set, inside the caller's savepoint.
+fn usage_in(c: &Connection, key_id: &str, text: &str, prune: bool) -> StoreResult<()> {
+    exec(
+        c,
+        "INSERT INTO usage (key_id, record) VALUES (?1, ?2)",
+        params![key_id, text],
+    )
+    .map_err(internal)?;
+    if prune {
+        exec(
+            c,
+            "DELETE FROM usage WHERE key_id = ?1 AND seq <= (
+               SELECT seq FROM usage WHERE key_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+            params![key_id, USAGE_PER_KEY],
+        )
+        .map_err(internal)?;
+    }
     Ok(())
 }
 
@@ -444,20 +470,23 @@ impl Store for EmbeddedStore {
     async fn append_usage(&self, rec: &UsageRecord) -> StoreResult<()> {
         let text = serde_json::to_string(rec).map_err(internal)?;
         let key_id = rec.key_id.clone();
-        let prune = self.inserts.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
+        let prune = self.prune_due();
+        self.call(move |c| usage_in(c, &key_id, &text, prune)).await
+    }
+
+    async fn settle_logged(
+        &self,
+        reservation: &Reservation,
+        actual: Micros,
+        usage: &UsageRecord,
+    ) -> StoreResult<()> {
+        let r = reservation.clone();
+        let text = serde_json::to_string(usage).map_err(internal)?;
+        let usage_key = usage.key_id.clone();
+        let prune = self.prune_due();
         self.call(move |c| {
-            exec(c, "INSERT INTO usage (key_id, record) VALUES (?1, ?2)", params![key_id, text])
-                .map_err(internal)?;
-            if prune {
-                exec(
-                c,
-                    "DELETE FROM usage WHERE key_id = ?1 AND seq <= (
-                       SELECT seq FROM usage WHERE key_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
-                    params![key_id, USAGE_PER_KEY],
-                )
-                .map_err(internal)?;
-            }
-            Ok(())
+            settle_in(c, &r.key_id, &r.id, actual)?;
+            usage_in(c, &usage_key, &text, prune)
         })
         .await
     }

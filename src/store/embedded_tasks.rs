@@ -6,12 +6,11 @@
 //! one at a time: a claim's select and update, or a finish's update, settle and usage
 //! insert, are atomic and durable when they return.
 
-use super::{exec, internal, settle_in, EmbeddedStore, PRUNE_EVERY, USAGE_PER_KEY};
+use super::{exec, internal, settle_in, usage_in, EmbeddedStore};
 use crate::store::tasks::{TaskRecord, TaskRef, TaskStore};
 use crate::store::{StoreError, StoreResult, UsageRecord};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
-use std::sync::atomic::Ordering;
 
 fn record_json(t: &TaskRecord) -> StoreResult<String> {
     serde_json::to_string(t).map_err(internal)
@@ -153,7 +152,7 @@ impl TaskStore for EmbeddedStore {
         let usage_text = serde_json::to_string(usage).map_err(internal)?;
         let (id, key_id, status, cost) = (t.id.clone(), t.key_id.clone(), t.status, t.cost);
         let usage_key = usage.key_id.clone();
-        let prune = self.inserts.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1;
+        let prune = self.prune_due();
         self.call(move |c| {
             let n = exec(
                 c,
@@ -166,22 +165,7 @@ impl TaskStore for EmbeddedStore {
                 return Ok(false);
             }
             settle_in(c, &key_id, &id, cost)?;
-            // As `append_usage` does.
-            exec(
-                c,
-                "INSERT INTO usage (key_id, record) VALUES (?1, ?2)",
-                params![usage_key, usage_text],
-            )
-            .map_err(internal)?;
-            if prune {
-                exec(
-                    c,
-                    "DELETE FROM usage WHERE key_id = ?1 AND seq <= (
-                       SELECT seq FROM usage WHERE key_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
-                    params![usage_key, USAGE_PER_KEY],
-                )
-                .map_err(internal)?;
-            }
+            usage_in(c, &usage_key, &usage_text, prune)?;
             Ok(true)
         })
         .await

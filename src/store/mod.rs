@@ -220,6 +220,18 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
     /// `settle(r, 0)`. Durable when it returns.
     async fn settle(&self, reservation: &Reservation, actual: Micros) -> StoreResult<()>;
 
+    /// `settle` and `append_usage` as one step: one commit, one script. The relay ends
+    /// every request with it, so the store sees one operation where it would see two.
+    async fn settle_logged(
+        &self,
+        reservation: &Reservation,
+        actual: Micros,
+        usage: &UsageRecord,
+    ) -> StoreResult<()> {
+        self.settle(reservation, actual).await?;
+        self.append_usage(usage).await
+    }
+
     /// Counts one request against the key's per-minute limit; `true` if it is allowed.
     /// The count is shared by every instance on the same store.
     async fn rate_hit(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<bool>;

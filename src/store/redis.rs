@@ -22,6 +22,26 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Script, Valu
 use std::collections::HashMap;
 use std::time::Duration;
 
+/// The step every script that ends a request or a task runs: releases reservation `rid`
+/// of the key (when it has not expired) and charges `actual`. A Lua function, so the
+/// scripts share one text of it.
+macro_rules! settle_fn {
+    () => {
+        r"
+local function settle(key, rsv, rsva, rid, actual)
+  local live = redis.call('EXISTS', key) == 1
+  local amt = redis.call('HGET', rsva, rid)
+  if amt then
+    redis.call('HDEL', rsva, rid)
+    redis.call('ZREM', rsv, rid)
+    if live then redis.call('HINCRBY', key, 'quota_reserved', -tonumber(amt)) end
+  end
+  if live then redis.call('HINCRBY', key, 'quota_used', actual) end
+end
+"
+    };
+}
+
 #[path = "redis_tasks.rs"]
 mod tasks;
 
@@ -73,16 +93,17 @@ redis.call('HINCRBY', KEYS[1], 'quota_reserved', grant)
 return {'ok', tostring(grant)}";
 
 // gw_settle_v1: KEYS key, rsv, rsva; ARGV rid, actual.
-const SETTLE: &str = r"
-local live = redis.call('EXISTS', KEYS[1]) == 1
-local amt = redis.call('HGET', KEYS[3], ARGV[1])
-if amt then
-  redis.call('HDEL', KEYS[3], ARGV[1])
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  if live then redis.call('HINCRBY', KEYS[1], 'quota_reserved', -tonumber(amt)) end
-end
-if live then redis.call('HINCRBY', KEYS[1], 'quota_used', ARGV[2]) end
-return 1";
+const SETTLE: &str = concat!(
+    settle_fn!(),
+    "settle(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])\nreturn 1"
+);
+
+// gw_settle_log_v1: KEYS key, rsv, rsva, log; ARGV rid, actual, usage record, log cap.
+const SETTLE_LOG: &str = concat!(
+    settle_fn!(),
+    "settle(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])\n",
+    "redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', 'r', ARGV[3])\nreturn 1"
+);
 
 // gw_rate_v1: KEYS counter; ARGV rpm.
 const RATE: &str = r"
@@ -132,6 +153,7 @@ pub struct RedisStore {
     update: Script,
     reserve: Script,
     settle: Script,
+    settle_log: Script,
     rate: Script,
 }
 
@@ -267,6 +289,7 @@ impl RedisStore {
             update: Script::new(UPDATE),
             reserve: Script::new(RESERVE),
             settle: Script::new(SETTLE),
+            settle_log: Script::new(SETTLE_LOG),
             rate: Script::new(RATE),
         })
     }
@@ -394,6 +417,34 @@ impl Store for RedisStore {
             .key(rsva(&r.key_id))
             .arg(&r.id)
             .arg(actual.max(0))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn settle_logged(
+        &self,
+        r: &Reservation,
+        actual: Micros,
+        usage: &UsageRecord,
+    ) -> StoreResult<()> {
+        if usage.key_id != r.key_id {
+            // Another key's log lives in another slot: two steps.
+            self.settle(r, actual).await?;
+            return self.append_usage(usage).await;
+        }
+        let text = serde_json::to_string(usage).map_err(|e| StoreError::Internal(e.to_string()))?;
+        let _: i64 = self
+            .settle_log
+            .key(key(&r.key_id))
+            .key(rsv(&r.key_id))
+            .key(rsva(&r.key_id))
+            .key(log(&r.key_id))
+            .arg(&r.id)
+            .arg(actual.max(0))
+            .arg(text)
+            .arg(LOG_MAX)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(map_err)?;

@@ -51,20 +51,16 @@ return 1";
 // gw_finish_task_v1: KEYS task, key, rsv, rsva, log; ARGV status, record, rid, actual,
 // usage, log_max. Ends an open task, settles its reservation exactly as gw_settle_v1 and
 // appends its usage exactly as `append_usage`, or does nothing.
-const FINISH_LUA: &str = r"
+const FINISH_LUA: &str = concat!(
+    settle_fn!(),
+    r"
 local s = redis.call('HGET', KEYS[1], 'status')
 if not s or s == 'completed' or s == 'failed' then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'record', ARGV[2])
-local live = redis.call('EXISTS', KEYS[2]) == 1
-local amt = redis.call('HGET', KEYS[4], ARGV[3])
-if amt then
-  redis.call('HDEL', KEYS[4], ARGV[3])
-  redis.call('ZREM', KEYS[3], ARGV[3])
-  if live then redis.call('HINCRBY', KEYS[2], 'quota_reserved', -tonumber(amt)) end
-end
-if live then redis.call('HINCRBY', KEYS[2], 'quota_used', ARGV[4]) end
+settle(KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*', 'r', ARGV[5])
-return 1";
+return 1"
+);
 
 static CREATE_TASK: LazyLock<Script> = LazyLock::new(|| Script::new(CREATE));
 static CLAIM_DUE: LazyLock<Script> = LazyLock::new(|| Script::new(CLAIM_DUE_LUA));

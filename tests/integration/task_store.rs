@@ -45,6 +45,7 @@ both!(
     finish_task_settles_and_logs_exactly_once,
     failed_task_with_no_cost_refunds_its_reservation,
     concurrent_claims_hand_each_task_to_one_caller,
+    settle_logged_settles_and_logs_in_one_step,
 );
 
 fn embedded_config(dir: &tempfile::TempDir) -> StoreConfig {
@@ -404,6 +405,24 @@ async fn finish_task_settles_and_logs_exactly_once(cfg: StoreConfig) {
         "a task ends in a terminal state"
     );
     assert_eq!(used(&*store, KEY).await, 250_000);
+}
+
+/// The step that ends every relayed request: the reservation becomes the charge and the
+/// usage record is written, together.
+async fn settle_logged_settles_and_logs_in_one_step(cfg: StoreConfig) {
+    let store = open(&cfg).await;
+    key(&*store, KEY).await;
+    let r = reserve(&*store, KEY, "req-1", 700_000).await.unwrap();
+    assert_eq!(
+        reserve(&*store, KEY, "req-2", 400_000).await,
+        Err(ReserveDenied::QuotaExhausted)
+    );
+    let mut rec = usage(&completed(task(KEY, "req-1", 0), 120_000));
+    rec.request_id = "req-1".into();
+    store.settle_logged(&r, 120_000, &rec).await.unwrap();
+    assert_eq!(used(&*store, KEY).await, 120_000);
+    assert_eq!(available(&*store, KEY).await, QUOTA - 120_000, "released");
+    assert_eq!(store.recent_usage(KEY, 10).await.unwrap(), vec![rec]);
 }
 
 async fn failed_task_with_no_cost_refunds_its_reservation(cfg: StoreConfig) {
