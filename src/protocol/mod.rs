@@ -10,6 +10,7 @@ pub mod gemini;
 pub mod ir;
 pub mod messages;
 pub mod responses;
+pub mod shallow;
 pub mod sse;
 mod translate;
 

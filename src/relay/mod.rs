@@ -16,6 +16,7 @@ use crate::billing::{Estimate, Price, ReservationGuard};
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use crate::ids;
+use crate::protocol::shallow::Shallow;
 use crate::protocol::{self, Protocol, RequestOptions, ResponseContext, Usage};
 use crate::proxy::ctx::respond;
 use crate::proxy::route::Relay;
@@ -44,15 +45,12 @@ pub async fn handle(
         ));
     }
     let raw = body::read(session, gw.config.limits.max_body_bytes).await?;
-    let mut parsed =
-        protocol::parse_request(route.protocol, &raw).map_err(|i| GatewayError::BadRequest {
-            param: i.param,
-            message: i.message,
-        })?;
+    let mut parsed = Body::parse(route.protocol, &raw)?;
     let model = match &route.path_model {
         Some(m) => m.clone(),
         None => parsed
-            .get("model")
+            .member("model")
+            .as_ref()
             .and_then(Value::as_str)
             .filter(|m| !m.is_empty())
             .ok_or_else(|| {
@@ -62,7 +60,8 @@ pub async fn handle(
     };
     let stream = route.path_stream
         || parsed
-            .get("stream")
+            .member("stream")
+            .as_ref()
             .and_then(Value::as_bool)
             .unwrap_or(false);
     {
@@ -82,21 +81,18 @@ pub async fn handle(
         .filter(|p| p.per_token())
         .ok_or_else(|| GatewayError::ModelNotPriced(model.clone()))?;
 
-    let estimate = Estimate::new(
-        price,
-        &raw,
-        output_limit::requested(route.protocol, &parsed),
-    );
+    let estimate = Estimate::new(price, &raw, parsed.requested_output(route.protocol));
     let mut guard = reserve(gw, &key.rec.id, &ctx.request_id, estimate.min, estimate.max).await?;
     if let Some(cap) = estimate.output_cap(price, guard.amount()) {
-        output_limit::cap(route.protocol, &mut parsed, cap);
+        let mut v = parsed.into_value()?;
+        output_limit::cap(route.protocol, &mut v, cap);
+        parsed = Body::Full(v);
     }
 
     let billing = Billing {
         price,
         fallback_input: raw.len() as u64 / 4,
     };
-    drop(raw);
     let result = exchange(
         gw, session, ctx, route, &model, parsed, stream, &billing, &mut guard,
     )
@@ -105,6 +101,87 @@ pub async fn handle(
     let cost = ctx.record.as_ref().map_or(0, |r| r.cost);
     guard.settle(cost).await;
     result
+}
+
+/// A checked client body. Chat bodies are read one level deep ([`Shallow`]): relayed to a
+/// chat upstream they are written out once, with only the model (and stream options)
+/// changed, never parsed into a tree and serialized again. Other protocols, and chat
+/// bodies bound for another protocol or whose output limit must be lowered, are parsed
+/// whole.
+enum Body<'a> {
+    Full(Value),
+    Shallow { raw: &'a [u8], top: Shallow<'a> },
+}
+
+fn bad(i: protocol::Invalid) -> GatewayError {
+    GatewayError::BadRequest {
+        param: i.param,
+        message: i.message,
+    }
+}
+
+impl<'a> Body<'a> {
+    fn parse(client: Protocol, raw: &'a [u8]) -> Result<Body<'a>, GatewayError> {
+        if client == Protocol::Chat {
+            let top = Shallow::parse(raw).map_err(bad)?;
+            protocol::chat::validate_shallow(&top).map_err(bad)?;
+            return Ok(Body::Shallow { raw, top });
+        }
+        protocol::parse_request(client, raw)
+            .map(Body::Full)
+            .map_err(bad)
+    }
+
+    /// A top-level member (small ones: the model, flags, limits).
+    fn member(&self, name: &str) -> Option<Value> {
+        match self {
+            Body::Full(v) => v.get(name).cloned(),
+            Body::Shallow { top, .. } => top.value(name),
+        }
+    }
+
+    fn requested_output(&self, client: Protocol) -> Option<u64> {
+        match self {
+            Body::Full(v) => output_limit::requested(client, v),
+            Body::Shallow { .. } => {
+                let limits: serde_json::Map<String, Value> = output_limit::CHAT_FIELDS
+                    .iter()
+                    .filter_map(|f| self.member(f).map(|v| (f.to_string(), v)))
+                    .collect();
+                output_limit::requested(client, &Value::Object(limits))
+            }
+        }
+    }
+
+    fn into_value(self) -> Result<Value, GatewayError> {
+        match self {
+            Body::Full(v) => Ok(v),
+            Body::Shallow { raw, .. } => {
+                serde_json::from_slice(raw).map_err(|_| GatewayError::Internal)
+            }
+        }
+    }
+
+    /// The request for one channel; `last`: no later channel needs the body.
+    fn for_upstream(
+        &mut self,
+        client: Protocol,
+        upstream: Protocol,
+        opts: &RequestOptions,
+        last: bool,
+    ) -> Result<protocol::UpstreamRequest, GatewayError> {
+        let v = match self {
+            Body::Shallow { top, .. } if client == upstream => {
+                return Ok(protocol::chat::passthrough_shallow(top, opts));
+            }
+            Body::Shallow { raw, .. } => {
+                serde_json::from_slice(raw).map_err(|_| GatewayError::Internal)?
+            }
+            Body::Full(v) if last => std::mem::take(v),
+            Body::Full(v) => v.clone(),
+        };
+        protocol::translate_request(client, upstream, v, opts).map_err(bad)
+    }
 }
 
 /// Reserves `min..=max` of the key's quota for this request (the store grants what is
@@ -200,7 +277,7 @@ async fn exchange(
     ctx: &mut Ctx,
     route: &Relay,
     model: &str,
-    parsed: Value,
+    mut body: Body<'_>,
     stream: bool,
     billing: &Billing<'_>,
     guard: &mut ReservationGuard,
@@ -208,32 +285,21 @@ async fn exchange(
     let candidates = gw.router.chat_candidates(model);
     let last = candidates.len().saturating_sub(1);
     let client_headers = session.req_header().headers.clone();
-    let mut parsed = Some(parsed);
     let mut failure = GatewayError::Upstream(UpstreamFailure::Connect);
     for (i, channel) in candidates.into_iter().enumerate() {
         // The body is translated per channel: siblings may speak other protocols.
-        let body = if i == last {
-            parsed.take()
-        } else {
-            parsed.clone()
-        }
-        .ok_or(GatewayError::Internal)?;
         let upstream_protocol = channel.upstream_protocol(route.protocol);
-        let req = protocol::translate_request(
+        let req = body.for_upstream(
             route.protocol,
             upstream_protocol,
-            body,
             &RequestOptions {
                 upstream_model: channel.upstream_model(model),
                 stream,
                 default_max_tokens: billing.price.max_output_tokens,
                 compact: route.compact,
             },
-        )
-        .map_err(|i| GatewayError::BadRequest {
-            param: i.param,
-            message: i.message,
-        })?;
+            i == last,
+        )?;
         let out = Outgoing {
             method: "POST",
             path: &req.path,

@@ -9,6 +9,9 @@ const GEMINI_SPELLINGS: [(&str, &str); 2] = [
     ("generation_config", "max_output_tokens"),
 ];
 
+/// The members a chat request names its output limit in.
+pub const CHAT_FIELDS: &[&str] = &["max_completion_tokens", "max_tokens"];
+
 pub fn requested(protocol: Protocol, body: &Value) -> Option<u64> {
     match protocol {
         Protocol::Chat => {

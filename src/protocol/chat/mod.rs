@@ -29,9 +29,60 @@ use super::{
 use serde_json::{json, Map, Value};
 
 use super::invalid;
+use super::shallow::Shallow;
 
 /// A field, its type check, and the type's name for the message.
 type TypedField = (&'static str, fn(&Value) -> bool, &'static str);
+
+/// The common optional fields and the JSON types they must have.
+const TYPED: &[TypedField] = &[
+    ("stream", Value::is_boolean, "a boolean"),
+    ("temperature", Value::is_number, "a number"),
+    ("top_p", Value::is_number, "a number"),
+    ("max_tokens", Value::is_u64, "a non-negative integer"),
+    (
+        "max_completion_tokens",
+        Value::is_u64,
+        "a non-negative integer",
+    ),
+    ("n", Value::is_u64, "a non-negative integer"),
+    ("tools", Value::is_array, "an array"),
+    ("stream_options", Value::is_object, "an object"),
+];
+
+fn messages_not_array() -> Invalid {
+    invalid("messages", "`messages` must be an array.")
+}
+
+fn messages_missing() -> Invalid {
+    invalid("messages", "`messages` is required.")
+}
+
+fn messages_empty() -> Invalid {
+    invalid("messages", "`messages` must not be empty.")
+}
+
+fn message_not_object(i: usize) -> Invalid {
+    invalid(format!("messages[{i}]"), "Each message must be an object.")
+}
+
+fn message_without_role(i: usize) -> Invalid {
+    invalid(
+        format!("messages[{i}].role"),
+        "Each message needs a string `role`.",
+    )
+}
+
+fn message_without_content(i: usize) -> Invalid {
+    invalid(
+        format!("messages[{i}].content"),
+        "Each message needs `content`.",
+    )
+}
+
+fn mistyped(field: &str, what: &str) -> Invalid {
+    invalid(field, format!("`{field}` must be {what}."))
+}
 
 /// Spec 2.2a: `model` (string) and `messages` (array of objects with `role` and
 /// `content`); the common optional fields must have their JSON types.
@@ -40,54 +91,100 @@ pub fn validate(body: &Value) -> Result<(), Invalid> {
     super::check_model(obj.get("model"))?;
     let messages = match obj.get("messages") {
         Some(Value::Array(m)) => m,
-        Some(_) => return Err(invalid("messages", "`messages` must be an array.")),
-        None => return Err(invalid("messages", "`messages` is required.")),
+        Some(_) => return Err(messages_not_array()),
+        None => return Err(messages_missing()),
     };
     if messages.is_empty() {
-        return Err(invalid("messages", "`messages` must not be empty."));
+        return Err(messages_empty());
     }
     for (i, m) in messages.iter().enumerate() {
-        let m = m
-            .as_object()
-            .ok_or_else(|| invalid(format!("messages[{i}]"), "Each message must be an object."))?;
-        match m.get("role") {
-            Some(Value::String(_)) => {}
-            _ => {
-                return Err(invalid(
-                    format!("messages[{i}].role"),
-                    "Each message needs a string `role`.",
-                ))
-            }
+        let m = m.as_object().ok_or_else(|| message_not_object(i))?;
+        if !matches!(m.get("role"), Some(Value::String(_))) {
+            return Err(message_without_role(i));
         }
         if !m.contains_key("content") && !m.contains_key("tool_calls") {
-            return Err(invalid(
-                format!("messages[{i}].content"),
-                "Each message needs `content`.",
-            ));
+            return Err(message_without_content(i));
         }
     }
-    let typed: &[TypedField] = &[
-        ("stream", Value::is_boolean, "a boolean"),
-        ("temperature", Value::is_number, "a number"),
-        ("top_p", Value::is_number, "a number"),
-        ("max_tokens", Value::is_u64, "a non-negative integer"),
-        (
-            "max_completion_tokens",
-            Value::is_u64,
-            "a non-negative integer",
-        ),
-        ("n", Value::is_u64, "a non-negative integer"),
-        ("tools", Value::is_array, "an array"),
-        ("stream_options", Value::is_object, "an object"),
-    ];
-    for (field, ok, what) in typed {
+    for (field, ok, what) in TYPED {
         if let Some(v) = obj.get(*field) {
             if !v.is_null() && !ok(v) {
-                return Err(invalid(field, format!("`{field}` must be {what}.")));
+                return Err(mistyped(field, what));
             }
         }
     }
     Ok(())
+}
+
+/// [`validate`] on a body read one level deep: the same checks, in the same order,
+/// with the same messages, without owning a copy of the body.
+pub fn validate_shallow(top: &Shallow<'_>) -> Result<(), Invalid> {
+    super::shallow::check_model(top)?;
+    let raw = top.get("messages").ok_or_else(messages_missing)?;
+    let messages = if Shallow::is_array(raw) {
+        Shallow::items(raw).ok_or_else(messages_not_array)?
+    } else {
+        return Err(messages_not_array());
+    };
+    if messages.is_empty() {
+        return Err(messages_empty());
+    }
+    for (i, m) in messages.iter().enumerate() {
+        let m = Shallow::object(m).ok_or_else(|| message_not_object(i))?;
+        if !m.get("role").is_some_and(Shallow::is_string) {
+            return Err(message_without_role(i));
+        }
+        if !m.contains("content") && !m.contains("tool_calls") {
+            return Err(message_without_content(i));
+        }
+    }
+    for (field, ok, what) in TYPED {
+        let Some(raw) = top.get(field) else {
+            continue;
+        };
+        let fine = match *field {
+            // Possibly large: judged by their first character.
+            "tools" => Shallow::is_array(raw),
+            "stream_options" => Shallow::is_object(raw),
+            _ => serde_json::from_str::<Value>(raw.get()).is_ok_and(|v| ok(&v)),
+        };
+        if !Shallow::is_null(raw) && !fine {
+            return Err(mistyped(field, what));
+        }
+    }
+    Ok(())
+}
+
+/// [`passthrough_request`] from a body read one level deep: the body is written once,
+/// with `model` renamed and, for streams, `stream_options.include_usage` set.
+pub fn passthrough_shallow(top: &Shallow<'_>, opts: &RequestOptions) -> UpstreamRequest {
+    let model = Value::String(opts.upstream_model.to_string()).to_string();
+    let mut wants_usage = false;
+    let mut stream_options = None;
+    if opts.stream {
+        match top.value("stream_options") {
+            None => stream_options = Some(json!({"include_usage": true}).to_string()),
+            Some(Value::Object(mut so)) => {
+                wants_usage = so
+                    .get("include_usage")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
+                so.insert("include_usage".into(), Value::Bool(true));
+                stream_options = Some(Value::Object(so).to_string());
+            }
+            // `null` stays as it is, as in the parsed path.
+            Some(_) => {}
+        }
+    }
+    let mut changes = vec![("model", model.as_str())];
+    if let Some(so) = &stream_options {
+        changes.push(("stream_options", so.as_str()));
+    }
+    UpstreamRequest {
+        body: top.write(&changes, 0),
+        path: "/v1/chat/completions".into(),
+        client_wants_usage: wants_usage,
+    }
 }
 
 /// Same-protocol request: only the model is rewritten, and streams ask for usage.
@@ -263,6 +360,73 @@ impl StreamTranslator for Passthrough {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shallow reading answers every body exactly as the parsed one does.
+    #[test]
+    fn shallow_validation_matches_the_parsed_one() {
+        let bodies = [
+            r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+            r#"{"model":"m","messages":[{"role":"assistant","tool_calls":[]}],"stream":true,"tools":[],"stream_options":null}"#,
+            r#"{"messages":[{"role":"user","content":"hi"}]}"#,
+            r#"{"model":"","messages":[{"role":"user","content":"hi"}]}"#,
+            r#"{"model":7,"messages":[]}"#,
+            r#"{"model":"m"}"#,
+            r#"{"model":"m","messages":{}}"#,
+            r#"{"model":"m","messages":[]}"#,
+            r#"{"model":"m","messages":[1]}"#,
+            r#"{"model":"m","messages":[{"content":"x"}]}"#,
+            r#"{"model":"m","messages":[{"role":5,"content":"x"}]}"#,
+            r#"{"model":"m","messages":[{"role":"user"}]}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream":"yes"}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":-1}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1.5}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":2}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":{}}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":[]}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"top_p":null}"#,
+        ];
+        for b in bodies {
+            let parsed: Value = serde_json::from_str(b).unwrap();
+            let top = Shallow::parse(b.as_bytes()).unwrap();
+            assert_eq!(validate(&parsed), validate_shallow(&top), "{b}");
+        }
+    }
+
+    /// Written once from the shallow reading, the body is what the parsed path sends.
+    #[test]
+    fn shallow_passthrough_matches_the_parsed_one() {
+        let bodies = [
+            r#"{"model":"m","messages":[{"role":"user","content":"a \"quoted\" \u00e9"}],"x-unknown":{"k":[1,2]}}"#,
+            r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"x"}]}"#,
+            r#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[]}"#,
+            r#"{"model":"m","stream":true,"stream_options":{"other":1},"messages":[]}"#,
+            r#"{"model":"m","stream":true,"stream_options":null,"messages":[]}"#,
+        ];
+        for b in bodies {
+            for stream in [false, true] {
+                let opts = RequestOptions {
+                    upstream_model: "up-model",
+                    stream,
+                    default_max_tokens: 16,
+                    compact: false,
+                };
+                let parsed = passthrough_request(serde_json::from_str(b).unwrap(), &opts);
+                let shallow = passthrough_shallow(&Shallow::parse(b.as_bytes()).unwrap(), &opts);
+                // The same JSON, members in the same order; the shallow body keeps the
+                // client's own spelling of the values it did not change.
+                let as_text = |body: &[u8]| {
+                    serde_json::to_string(&serde_json::from_slice::<Value>(body).unwrap()).unwrap()
+                };
+                assert_eq!(
+                    as_text(&shallow.body),
+                    as_text(&parsed.body),
+                    "{b} stream={stream}"
+                );
+                assert_eq!(shallow.client_wants_usage, parsed.client_wants_usage);
+            }
+        }
+    }
 
     fn ctx(wants: bool) -> StreamContext {
         StreamContext {

@@ -1,0 +1,269 @@
+//! A JSON object read one level deep, borrowed from the body: each member's name and the
+//! raw text of its value. Same-protocol requests are checked and relayed from this, so a
+//! large body is never turned into a tree of owned strings and written out again: the
+//! only copy is the body sent upstream, with the few members the gateway changes
+//! rewritten in place.
+
+use super::{invalid, Invalid};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::Value;
+use std::borrow::Cow;
+use std::fmt;
+
+/// A member name: borrowed from the body unless it holds escapes.
+struct Name<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(s.to_string())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The members of one JSON object, in order, as they came (duplicates included).
+pub struct Shallow<'a> {
+    members: Vec<(Cow<'a, str>, &'a RawValue)>,
+}
+
+impl<'de> Deserialize<'de> for Shallow<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Shallow<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Shallow<'de>, A::Error> {
+                let mut members = Vec::with_capacity(m.size_hint().unwrap_or(8));
+                while let Some((Name(k), v)) = m.next_entry::<Name<'de>, &'de RawValue>()? {
+                    members.push((k, v));
+                }
+                Ok(Shallow { members })
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The items of a JSON array, raw.
+struct Items<'a>(Vec<&'a RawValue>);
+
+impl<'de> Deserialize<'de> for Items<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Items<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON array")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Items<'de>, A::Error> {
+                let mut v = Vec::with_capacity(s.size_hint().unwrap_or(8));
+                while let Some(item) = s.next_element::<&'de RawValue>()? {
+                    v.push(item);
+                }
+                Ok(Items(v))
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// What kind of JSON value a raw value is, from its first character.
+fn first(v: &RawValue) -> u8 {
+    v.get().as_bytes().first().copied().unwrap_or(b' ')
+}
+
+impl<'a> Shallow<'a> {
+    /// The body as an object, with the 400s of `parse_request` for anything else.
+    pub fn parse(body: &'a [u8]) -> Result<Shallow<'a>, Invalid> {
+        match serde_json::from_slice::<Shallow<'a>>(body) {
+            Ok(s) => Ok(s),
+            // Valid JSON that is not an object says so; anything else is not JSON.
+            Err(e) => Err(match serde_json::from_slice::<de::IgnoredAny>(body) {
+                Ok(_) => Invalid {
+                    param: None,
+                    message: "The request body must be a JSON object.".into(),
+                },
+                Err(_) => Invalid {
+                    param: None,
+                    message: format!("The request body is not valid JSON: {e}."),
+                },
+            }),
+        }
+    }
+
+    /// An object member's raw value (the last one, as a parsed object would keep).
+    pub fn get(&self, name: &str) -> Option<&'a RawValue> {
+        self.members
+            .iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+    }
+
+    /// A small member parsed (flags, numbers, short strings); `None` when absent.
+    pub fn value(&self, name: &str) -> Option<Value> {
+        self.get(name)
+            .and_then(|v| serde_json::from_str::<Value>(v.get()).ok())
+    }
+
+    pub fn is_object(v: &RawValue) -> bool {
+        first(v) == b'{'
+    }
+
+    pub fn is_array(v: &RawValue) -> bool {
+        first(v) == b'['
+    }
+
+    pub fn is_string(v: &RawValue) -> bool {
+        first(v) == b'"'
+    }
+
+    pub fn is_null(v: &RawValue) -> bool {
+        v.get() == "null"
+    }
+
+    /// The items of an array member, each raw.
+    pub fn items(v: &'a RawValue) -> Option<Vec<&'a RawValue>> {
+        serde_json::from_str::<Items<'a>>(v.get()).ok().map(|i| i.0)
+    }
+
+    /// An object item read one level deep.
+    pub fn object(v: &'a RawValue) -> Option<Shallow<'a>> {
+        if !Self::is_object(v) {
+            return None;
+        }
+        serde_json::from_str::<Shallow<'a>>(v.get()).ok()
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// The object written back with `changes` applied: a member named there takes the
+    /// new raw JSON text (added at the end when absent), every other member is copied
+    /// as it came. Each name is written once, where it first appeared, with its last
+    /// value (what parsing into an object and writing it out again would give).
+    pub fn write(&self, changes: &[(&str, &str)], extra: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(
+            self.members
+                .iter()
+                .map(|(k, v)| k.len() + v.get().len() + 4)
+                .sum::<usize>()
+                + extra
+                + changes
+                    .iter()
+                    .map(|(k, v)| k.len() + v.len() + 4)
+                    .sum::<usize>()
+                + 2,
+        );
+        out.push(b'{');
+        let put = |out: &mut Vec<u8>, name: &str, value: &str| {
+            if out.len() > 1 {
+                out.push(b',');
+            }
+            // A member name is a JSON string; writing one cannot fail.
+            let _ = serde_json::to_writer(&mut *out, name);
+            out.push(b':');
+            out.extend_from_slice(value.as_bytes());
+        };
+        for (i, (k, _)) in self.members.iter().enumerate() {
+            if self.members[..i].iter().any(|(p, _)| p == k) {
+                continue;
+            }
+            let value = match changes.iter().find(|(n, _)| n == k) {
+                Some((_, v)) => *v,
+                None => self.get(k).map_or("null", RawValue::get),
+            };
+            put(&mut out, k, value);
+        }
+        for (n, v) in changes {
+            if !self.contains(n) {
+                put(&mut out, n, v);
+            }
+        }
+        out.push(b'}');
+        out
+    }
+}
+
+/// `model` as the JSON protocols require it: a non-empty string.
+pub fn check_model(top: &Shallow<'_>) -> Result<(), Invalid> {
+    match top.value("model") {
+        Some(Value::String(m)) if !m.is_empty() => Ok(()),
+        Some(_) => Err(invalid("model", "`model` must be a non-empty string.")),
+        None => Err(invalid("model", "`model` is required.")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_one_level_and_writes_back_with_changes() {
+        let body =
+            br#"{"model":"a","messages":[{"role":"user","content":"x\"y"}],"n":1,"k\u0065y":2}"#;
+        let s = Shallow::parse(body).unwrap();
+        assert_eq!(s.get("n").unwrap().get(), "1");
+        assert_eq!(
+            s.get("key").unwrap().get(),
+            "2",
+            "escaped names are decoded"
+        );
+        let msgs = Shallow::items(s.get("messages").unwrap()).unwrap();
+        let m = Shallow::object(msgs[0]).unwrap();
+        assert_eq!(m.get("content").unwrap().get(), r#""x\"y""#);
+        let out = s.write(
+            &[
+                ("model", "\"b\""),
+                ("stream_options", "{\"include_usage\":true}"),
+            ],
+            0,
+        );
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["model"], "b");
+        assert_eq!(v["messages"][0]["content"], "x\"y");
+        assert_eq!(v["key"], 2);
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        let mut expected: Value = serde_json::from_slice(body).unwrap();
+        expected["model"] = "b".into();
+        expected["stream_options"] = serde_json::json!({"include_usage": true});
+        assert_eq!(v, expected);
+    }
+
+    #[test]
+    fn duplicates_keep_the_first_place_and_the_last_value() {
+        let s = Shallow::parse(br#"{"a":1,"b":2,"a":3}"#).unwrap();
+        assert_eq!(s.write(&[], 0), br#"{"a":3,"b":2}"#);
+        let v: Value = serde_json::from_slice(br#"{"a":1,"b":2,"a":3}"#).unwrap();
+        assert_eq!(serde_json::to_vec(&v).unwrap(), br#"{"a":3,"b":2}"#);
+    }
+
+    #[test]
+    fn errors_match_a_full_parse() {
+        let e = Shallow::parse(b"[1,2]").err().unwrap();
+        assert_eq!(e.message, "The request body must be a JSON object.");
+        let e = Shallow::parse(b"{\"a\":").err().unwrap();
+        assert!(
+            e.message.starts_with("The request body is not valid JSON"),
+            "{}",
+            e.message
+        );
+        let e = Shallow::parse(b"{\"a\":tru}").err().unwrap();
+        assert!(e.message.starts_with("The request body is not valid JSON"));
+    }
+}
