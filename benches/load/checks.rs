@@ -347,7 +347,7 @@ fn budget_verdicts() {
         ),
         // Fails every line: 45 % throughput, +200 µs p50, TTFB +1.3 ms, 5 % coalesced
         // (passthrough 0 %),
-        // 40 + 250 MB, three copies.
+        // 40 + 250 MB, two copies beyond the read buffer.
         result(
             "gateway (redis)",
             Kind::Gateway,
