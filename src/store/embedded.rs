@@ -23,6 +23,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
+use std::sync::Arc;
 use tokio::sync::oneshot;
 
 /// Jobs one commit may carry.
@@ -60,8 +61,79 @@ CREATE TABLE IF NOT EXISTS tasks (
 CREATE INDEX IF NOT EXISTS tasks_due ON tasks(due_at) WHERE due_at IS NOT NULL;
 ";
 
+/// Reservations of requests in flight. They are held in memory, not in SQLite: a single
+/// node's requests do not outlive its process (a restart drops their reservations
+/// anyway), so writing them to disk and deleting them again bought nothing and cost two
+/// write-ahead-log writes per request. Only the store thread touches them, inside its
+/// jobs, so a reservation and the reads and writes of `quota_used` it is checked
+/// against stay one atomic step. Video task reservations (`task_...`) outlive the
+/// process and stay in the `reservations` table.
+#[derive(Default)]
+struct Held {
+    by_key: HashMap<String, KeyHeld>,
+}
+
+#[derive(Default)]
+struct KeyHeld {
+    total: Micros,
+    /// Reservation id → (amount, expiry in unix seconds).
+    items: HashMap<String, (Micros, i64)>,
+}
+
+impl Held {
+    /// Releases the key's reservations that expired by `now`.
+    fn purge(&mut self, key_id: &str, now: i64) {
+        if let Some(k) = self.by_key.get_mut(key_id) {
+            let before = k.items.len();
+            k.items.retain(|_, (_, expires)| *expires > now);
+            if k.items.len() != before {
+                k.total = k.items.values().map(|(a, _)| *a).sum();
+            }
+            if k.items.is_empty() {
+                self.by_key.remove(key_id);
+            }
+        }
+    }
+
+    fn total(&self, key_id: &str) -> Micros {
+        self.by_key.get(key_id).map_or(0, |k| k.total)
+    }
+
+    /// Holds `amount` under `rid`, replacing an earlier reservation with that id.
+    fn insert(&mut self, key_id: &str, rid: &str, amount: Micros, expires: i64) {
+        let k = self.by_key.entry(key_id.to_string()).or_default();
+        if let Some((old, _)) = k.items.insert(rid.to_string(), (amount, expires)) {
+            k.total -= old;
+        }
+        k.total += amount;
+    }
+
+    fn contains(&self, key_id: &str, rid: &str) -> bool {
+        self.by_key
+            .get(key_id)
+            .is_some_and(|k| k.items.contains_key(rid))
+    }
+
+    fn remove(&mut self, key_id: &str, rid: &str) {
+        if let Some(k) = self.by_key.get_mut(key_id) {
+            if let Some((amount, _)) = k.items.remove(rid) {
+                k.total -= amount;
+            }
+            if k.items.is_empty() {
+                self.by_key.remove(key_id);
+            }
+        }
+    }
+}
+
+/// Reservations that must survive a restart: those of video tasks.
+fn durable(reservation_id: &str) -> bool {
+    reservation_id.starts_with("task_")
+}
+
 pub struct EmbeddedStore {
     dir: PathBuf,
+    held: Arc<Mutex<Held>>,
     jobs: Mutex<mpsc::Sender<Job>>,
     /// Dropping the store stops the checkpoint thread.
     _checkpoints: mpsc::Sender<()>,
@@ -102,6 +174,7 @@ impl EmbeddedStore {
             .map_err(internal)?;
         Ok(EmbeddedStore {
             dir: dir.to_path_buf(),
+            held: Arc::new(Mutex::new(Held::default())),
             jobs: Mutex::new(tx),
             _checkpoints: stop,
             lock: Mutex::new(None),
@@ -238,25 +311,33 @@ fn writer(conn: Connection, rx: mpsc::Receiver<Job>) {
 }
 
 /// Releases the reservation and adds `actual` (clamped at 0) to the key's `quota_used`,
-/// on the store thread, inside the caller's savepoint.
+/// on the store thread, inside the caller's savepoint. A reservation held in memory is
+/// released only once the charge is written, so a failed write leaves it to a retry.
 fn settle_in(
     c: &Connection,
+    held: &Mutex<Held>,
     key_id: &str,
     reservation_id: &str,
     actual: Micros,
 ) -> StoreResult<()> {
-    exec(
-        c,
-        "DELETE FROM reservations WHERE id = ?1",
-        [reservation_id],
-    )
-    .map_err(internal)?;
+    let in_memory = held.lock().contains(key_id, reservation_id);
+    if !in_memory {
+        exec(
+            c,
+            "DELETE FROM reservations WHERE id = ?1",
+            [reservation_id],
+        )
+        .map_err(internal)?;
+    }
     exec(
         c,
         "UPDATE keys SET quota_used = quota_used + ?2 WHERE id = ?1",
         params![key_id, actual.max(0)],
     )
     .map_err(internal)?;
+    if in_memory {
+        held.lock().remove(key_id, reservation_id);
+    }
     Ok(())
 }
 
@@ -380,9 +461,12 @@ impl Store for EmbeddedStore {
 
     async fn delete_key(&self, id: &str) -> StoreResult<bool> {
         let id = id.to_string();
+        let held = self.held.clone();
         self.call(move |c| {
             exec(c, "DELETE FROM reservations WHERE key_id = ?1", [&id]).map_err(internal)?;
-            Ok(exec(c, "DELETE FROM keys WHERE id = ?1", [&id]).map_err(internal)? > 0)
+            let deleted = exec(c, "DELETE FROM keys WHERE id = ?1", [&id]).map_err(internal)? > 0;
+            held.lock().by_key.remove(&id);
+            Ok(deleted)
         })
         .await
     }
@@ -397,6 +481,7 @@ impl Store for EmbeddedStore {
         ttl_secs: u64,
     ) -> StoreResult<Result<Reservation, ReserveDenied>> {
         let (key_id, rid) = (key_id.to_string(), reservation_id.to_string());
+        let held = self.held.clone();
         self.call(move |c| {
             exec(
                 c,
@@ -404,6 +489,7 @@ impl Store for EmbeddedStore {
                 params![key_id, now],
             )
             .map_err(internal)?;
+            held.lock().purge(&key_id, now);
             let Some(rec) = get_key(c, &key_id)? else {
                 return Ok(Err(ReserveDenied::NotFound));
             };
@@ -422,19 +508,26 @@ impl Store for EmbeddedStore {
                         )
                         .and_then(|mut st| st.query_row([&key_id], |r| r.get(0)))
                         .map_err(internal)?;
-                    let available = limit - rec.quota_used - reserved;
+                    let available = limit - rec.quota_used - reserved - held.lock().total(&key_id);
                     if available < min {
                         return Ok(Err(ReserveDenied::QuotaExhausted));
                     }
                     max.min(available)
                 }
             };
-            exec(
-                c,
-                "INSERT OR REPLACE INTO reservations (id, key_id, amount, expires_at) VALUES (?1, ?2, ?3, ?4)",
-                params![rid, key_id, amount, now.saturating_add(ttl_secs as i64)],
-            )
-            .map_err(internal)?;
+            let expires = now.saturating_add(ttl_secs as i64);
+            if durable(&rid) {
+                exec(
+                    c,
+                    "INSERT OR REPLACE INTO reservations (id, key_id, amount, expires_at) VALUES (?1, ?2, ?3, ?4)",
+                    params![rid, key_id, amount, expires],
+                )
+                .map_err(internal)?;
+            } else {
+                // The last step of the job: nothing after it can fail and undo the SQL
+                // while leaving this in place.
+                held.lock().insert(&key_id, &rid, amount, expires);
+            }
             Ok(Ok(Reservation {
                 id: rid,
                 key_id,
@@ -446,7 +539,8 @@ impl Store for EmbeddedStore {
 
     async fn settle(&self, reservation: &Reservation, actual: Micros) -> StoreResult<()> {
         let r = reservation.clone();
-        self.call(move |c| settle_in(c, &r.key_id, &r.id, actual))
+        let held = self.held.clone();
+        self.call(move |c| settle_in(c, &held, &r.key_id, &r.id, actual))
             .await
     }
 
@@ -484,8 +578,9 @@ impl Store for EmbeddedStore {
         let text = serde_json::to_string(usage).map_err(internal)?;
         let usage_key = usage.key_id.clone();
         let prune = self.prune_due();
+        let held = self.held.clone();
         self.call(move |c| {
-            settle_in(c, &r.key_id, &r.id, actual)?;
+            settle_in(c, &held, &r.key_id, &r.id, actual)?;
             usage_in(c, &usage_key, &text, prune)
         })
         .await
@@ -511,5 +606,105 @@ impl Store for EmbeddedStore {
 
     async fn ping(&self) -> StoreResult<()> {
         self.call(|_| Ok(())).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(id: &str, quota: Micros) -> KeyRecord {
+        KeyRecord {
+            id: id.into(),
+            hash: format!("{:0>64}", 7),
+            display: "sk-a…b".into(),
+            name: "t".into(),
+            status: KeyStatus::Enabled,
+            created_at: 0,
+            expires_at: None,
+            models: vec![],
+            allow_ips: vec![],
+            rpm: None,
+            quota_limit: Some(quota),
+            quota_used: 0,
+        }
+    }
+
+    fn rows(dir: &Path) -> i64 {
+        let c = Connection::open(dir.join("gateway.db")).unwrap();
+        c.query_row("SELECT COUNT(*) FROM reservations", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn request_reservations_stay_in_memory_and_task_reservations_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        s.create_key(&key("k", 1_000)).await.unwrap();
+        let r = s
+            .reserve("k", "req-1", 100, 600, 10, 60)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.amount, 600);
+        assert_eq!(
+            rows(dir.path()),
+            0,
+            "a request's reservation is not written"
+        );
+        let t = s
+            .reserve("k", "task_1", 300, 300, 10, 60)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(rows(dir.path()), 1, "a task's reservation is");
+        // Both count against the cap: 1000 - 600 - 300 = 100 left.
+        let last = s
+            .reserve("k", "req-2", 1, 500, 10, 60)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(last.amount, 100);
+        assert_eq!(
+            s.reserve("k", "req-3", 1, 1, 10, 60).await.unwrap(),
+            Err(ReserveDenied::QuotaExhausted)
+        );
+        s.settle(&r, 250).await.unwrap();
+        s.settle(&t, 0).await.unwrap();
+        assert_eq!(rows(dir.path()), 0);
+        assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 250);
+        // 1000 - 250 used - 100 still held by req-2.
+        let probe = s
+            .reserve("k", "req-4", 0, 1_000, 10, 60)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(probe.amount, 650);
+        // Expired reservations are released: at t = 70, req-2 and req-4 are gone.
+        let later = s
+            .reserve("k", "req-5", 0, 1_000, 70, 60)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(later.amount, 750);
+    }
+
+    #[tokio::test]
+    async fn settle_releases_the_held_amount_and_charges_the_actual() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        s.create_key(&key("k", 1_000)).await.unwrap();
+        let r = s
+            .reserve("k", "req-1", 0, 400, 10, 60)
+            .await
+            .unwrap()
+            .unwrap();
+        s.settle(&r, 100).await.unwrap();
+        let probe = s
+            .reserve("k", "p", 0, 1_000, 10, 60)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(probe.amount, 900, "400 released, 100 charged");
     }
 }
