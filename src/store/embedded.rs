@@ -31,7 +31,7 @@ const MAX_GROUP: usize = 512;
 /// Usage rows kept per key.
 const USAGE_PER_KEY: i64 = 10_000;
 /// Prune a key's usage rows once every this many inserts.
-const PRUNE_EVERY: u64 = 1_000;
+const PRUNE_EVERY: u64 = 100;
 
 #[path = "embedded_tasks.rs"]
 mod tasks;
@@ -156,7 +156,7 @@ impl EmbeddedStore {
             .map_err(internal)?;
         // Checkpoints run on their own thread (below), not inside a request's COMMIT.
         conn.execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0;",
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0; PRAGMA temp_store=MEMORY;",
         )
         .map_err(internal)?;
         conn.execute_batch(SCHEMA).map_err(internal)?;
