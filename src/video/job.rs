@@ -202,33 +202,20 @@ pub fn image_text(s: &str, name: &str) -> Result<Image, Invalid> {
     decode_base64(b64).map(image_bytes).ok_or_else(bad)
 }
 
-/// Fields of the 4.12 body that are read into the job, not passed on as extras.
-const TASK_FIELDS: &[&str] = &[
-    "model", "prompt", "image", "duration", "seconds", "width", "height", "fps", "seed", "n",
-];
-
-/// Spec 4.12 (and 4.10, 4.15): the task-style JSON body. `needs_image`: image-to-video.
-pub fn from_task_json(body: &Value, needs_image: bool, b: Bounds) -> Result<VideoJob, Invalid> {
-    let obj = crate::protocol::body_object(body)?;
-    let model = required_text(text_field(obj, "model")?, "model")?;
-    let prompt = required_text(text_field(obj, "prompt")?, "prompt")?;
+/// The duration, frame and count fields the task-style bodies share (4.12, 4.14).
+fn task_job(
+    obj: &Map<String, Value>,
+    model: String,
+    prompt: String,
+    image: Option<Image>,
+    extra: Map<String, Value>,
+    b: Bounds,
+) -> Result<VideoJob, Invalid> {
     let seconds = match (obj.get("duration"), obj.get("seconds")) {
         (Some(v), _) if !v.is_null() => Some(seconds_value(v, "duration", b)?),
         (_, Some(v)) if !v.is_null() => Some(seconds_value(v, "seconds", b)?),
         _ => None,
     };
-    let image = match text_field(obj, "image")? {
-        Some(s) => Some(image_text(s, "image")?),
-        None if needs_image => {
-            return Err(invalid("image", "`image` is required for image-to-video."))
-        }
-        None => None,
-    };
-    let extra = obj
-        .iter()
-        .filter(|(k, _)| !TASK_FIELDS.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
     Ok(VideoJob {
         model,
         prompt,
@@ -241,6 +228,31 @@ pub fn from_task_json(body: &Value, needs_image: bool, b: Bounds) -> Result<Vide
         image,
         extra,
     })
+}
+
+/// Fields of the 4.12 body that are read into the job, not passed on as extras.
+const TASK_FIELDS: &[&str] = &[
+    "model", "prompt", "image", "duration", "seconds", "width", "height", "fps", "seed", "n",
+];
+
+/// Spec 4.12 (and 4.10, 4.15): the task-style JSON body. `needs_image`: image-to-video.
+pub fn from_task_json(body: &Value, needs_image: bool, b: Bounds) -> Result<VideoJob, Invalid> {
+    let obj = crate::protocol::body_object(body)?;
+    let model = required_text(text_field(obj, "model")?, "model")?;
+    let prompt = required_text(text_field(obj, "prompt")?, "prompt")?;
+    let image = match text_field(obj, "image")? {
+        Some(s) => Some(image_text(s, "image")?),
+        None if needs_image => {
+            return Err(invalid("image", "`image` is required for image-to-video."))
+        }
+        None => None,
+    };
+    let extra = obj
+        .iter()
+        .filter(|(k, _)| !TASK_FIELDS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    task_job(obj, model, prompt, image, extra, b)
 }
 
 /// The fields of spec 4.8, however they were sent; the reference image is read last, so
@@ -375,23 +387,7 @@ pub fn from_video_b(body: &Value, b: Bounds) -> Result<VideoJob, Invalid> {
             None => None,
         },
     };
-    let seconds = match (obj.get("duration"), obj.get("seconds")) {
-        (Some(v), _) if !v.is_null() => Some(seconds_value(v, "duration", b)?),
-        (_, Some(v)) if !v.is_null() => Some(seconds_value(v, "seconds", b)?),
-        _ => None,
-    };
-    Ok(VideoJob {
-        model,
-        prompt,
-        seconds,
-        width: positive_int(obj, "width")?,
-        height: positive_int(obj, "height")?,
-        fps: positive_int(obj, "fps")?,
-        seed: seed(obj)?,
-        n: count(obj)?,
-        image,
-        extra: Map::new(),
-    })
+    task_job(obj, model, prompt, image, Map::new(), b)
 }
 
 #[cfg(test)]
