@@ -68,6 +68,16 @@ pub enum GatewayError {
     Upstream(UpstreamFailure),
 }
 
+/// A request that failed a check: 400, naming the parameter.
+impl From<crate::protocol::Invalid> for GatewayError {
+    fn from(i: crate::protocol::Invalid) -> GatewayError {
+        GatewayError::BadRequest {
+            param: i.param,
+            message: i.message,
+        }
+    }
+}
+
 /// A refused reservation, as the client sees it.
 impl From<crate::store::ReserveDenied> for GatewayError {
     fn from(d: crate::store::ReserveDenied) -> GatewayError {

@@ -484,4 +484,7 @@ impl crate::store::tasks::TaskStore for Unreachable {
     ) -> crate::store::StoreResult<bool> {
         self.0.finish_task(t, usage).await
     }
+    async fn forget_task(&self, r: &crate::store::tasks::TaskRef) -> crate::store::StoreResult<()> {
+        self.0.forget_task(r).await
+    }
 }

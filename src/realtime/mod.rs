@@ -84,13 +84,6 @@ use pingora::proxy::Session;
 use pingora::{Error, ErrorType};
 use std::sync::Arc;
 
-fn bad_request(i: Invalid) -> GatewayError {
-    GatewayError::BadRequest {
-        param: i.param,
-        message: i.message,
-    }
-}
-
 /// `request_filter` for `GET /v1/realtime`: the whole session, from the checks to the
 /// settlement. An `Err` is answered by the caller (nothing was sent to the client yet);
 /// once the `101` is sent every outcome is `Ok`.
@@ -117,10 +110,10 @@ async fn begin(
     key: &Arc<AuthKey>,
     query: Option<&str>,
 ) -> Result<Link, GatewayError> {
-    handshake::check_upgrade(&session.req_header().headers).map_err(bad_request)?;
-    handshake::check_version(session.req_header().version).map_err(bad_request)?;
+    handshake::check_upgrade(&session.req_header().headers)?;
+    handshake::check_version(session.req_header().version)?;
     let model = query_param(query, "model").ok_or_else(|| {
-        bad_request(Invalid {
+        GatewayError::from(Invalid {
             param: Some("model".into()),
             message: "The `model` query parameter is required.".into(),
         })
@@ -158,8 +151,7 @@ async fn begin(
             ttl_secs,
         )
         .await
-        .map_err(|e| store_error(&e))?
-        .map_err(GatewayError::from)?;
+        .map_err(|e| store_error(&e))??;
     ctx.record_mut().channel = channel.name.clone();
     // Pingora ends a session silent both ways for 60 s (its client read timeout, restarted
     // by traffic either way); a realtime user may think longer. The channel's read

@@ -13,7 +13,7 @@ use crate::gateway::Gateway;
 use crate::media::images::{self, ImageJob};
 use crate::media::multipart::{self, Form};
 use crate::media::{audio, text, Media};
-use crate::protocol::{Invalid, Usage};
+use crate::protocol::Usage;
 use crate::proxy::ctx::{respond, response_header};
 use crate::proxy::Ctx;
 use crate::store::Micros;
@@ -53,13 +53,6 @@ struct Plan {
     charge: Charge,
 }
 
-fn bad(i: Invalid) -> GatewayError {
-    GatewayError::BadRequest {
-        param: i.param,
-        message: i.message,
-    }
-}
-
 /// A JSON object body, or the 400 that says why not.
 pub(crate) fn parse_json(raw: &[u8]) -> Result<Value, GatewayError> {
     let v: Value = serde_json::from_slice(raw).map_err(|e| {
@@ -80,8 +73,8 @@ fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<P
         let boundary = multipart::boundary(content_type).ok_or_else(|| {
             GatewayError::bad_request(None, "The request must be multipart/form-data.")
         })?;
-        let form = multipart::parse(&raw, &boundary).map_err(bad)?;
-        let job = audio::check_transcription(&form).map_err(bad)?;
+        let form = multipart::parse(&raw, &boundary)?;
+        let job = audio::check_transcription(&form)?;
         return Ok(Plan {
             model: job.model,
             body: raw,
@@ -99,24 +92,23 @@ fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<P
     let named_model = json.get("model").is_some();
     let (model, charge) = match media {
         Media::ImageGeneration => {
-            let job =
-                images::check_generation(&mut json, &gw.config.image_families).map_err(bad)?;
+            let job = images::check_generation(&mut json, &gw.config.image_families)?;
             (job.model.clone(), Charge::Images(job))
         }
         Media::ImageEdit => {
-            let job = images::check_edit(&json, &gw.config.image_families).map_err(bad)?;
+            let job = images::check_edit(&json, &gw.config.image_families)?;
             (job.model.clone(), Charge::Images(job))
         }
         Media::Speech => {
-            let job = audio::check_speech(&json).map_err(bad)?;
+            let job = audio::check_speech(&json)?;
             (job.model, Charge::Speech { chars: job.chars })
         }
         Media::Embeddings(path_model) => (
-            text::check_embeddings(&json, path_model.as_deref()).map_err(bad)?,
+            text::check_embeddings(&json, path_model.as_deref())?,
             Charge::Tokens,
         ),
-        Media::Rerank => (text::check_rerank(&json).map_err(bad)?, Charge::Tokens),
-        Media::Moderation => (text::check_moderation(&json).map_err(bad)?, Charge::Tokens),
+        Media::Rerank => (text::check_rerank(&json)?, Charge::Tokens),
+        Media::Moderation => (text::check_moderation(&json)?, Charge::Tokens),
         Media::Transcription | Media::Translation => {
             return Err(GatewayError::Internal);
         }

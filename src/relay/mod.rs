@@ -113,23 +113,16 @@ enum Body<'a> {
     Shallow { raw: &'a [u8], top: Shallow<'a> },
 }
 
-fn bad(i: protocol::Invalid) -> GatewayError {
-    GatewayError::BadRequest {
-        param: i.param,
-        message: i.message,
-    }
-}
-
 impl<'a> Body<'a> {
     fn parse(client: Protocol, raw: &'a [u8]) -> Result<Body<'a>, GatewayError> {
         if client == Protocol::Chat {
-            let top = Shallow::parse(raw).map_err(bad)?;
-            protocol::chat::validate_shallow(&top).map_err(bad)?;
+            let top = Shallow::parse(raw)?;
+            protocol::chat::validate_shallow(&top)?;
             return Ok(Body::Shallow { raw, top });
         }
         protocol::parse_request(client, raw)
             .map(Body::Full)
-            .map_err(bad)
+            .map_err(GatewayError::from)
     }
 
     /// A top-level member (small ones: the model, flags, limits).
@@ -180,7 +173,7 @@ impl<'a> Body<'a> {
             Body::Full(v) if last => std::mem::take(v),
             Body::Full(v) => v.clone(),
         };
-        protocol::translate_request(client, upstream, v, opts).map_err(bad)
+        protocol::translate_request(client, upstream, v, opts).map_err(GatewayError::from)
     }
 }
 
@@ -204,8 +197,7 @@ pub(crate) async fn reserve(
             gw.config.limits.reservation_ttl_secs,
         )
         .await
-        .map_err(|e| crate::api::store_error(&e))?
-        .map_err(GatewayError::from)?;
+        .map_err(|e| crate::api::store_error(&e))??;
     Ok(ReservationGuard::new(gw.store.clone(), reservation))
 }
 

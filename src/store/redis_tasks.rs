@@ -269,4 +269,15 @@ impl TaskStore for RedisStore {
         }
         Ok(ended == 1)
     }
+
+    async fn forget_task(&self, r: &TaskRef) -> StoreResult<()> {
+        let exists: i64 = self
+            .query(redis::cmd("EXISTS").arg(task_key(&r.key_id, &r.id)))
+            .await?;
+        if exists == 0 {
+            self.query::<i64>(redis::cmd("ZREM").arg(DUE).arg(member(&r.key_id, &r.id)))
+                .await?;
+        }
+        Ok(())
+    }
 }

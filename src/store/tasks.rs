@@ -160,4 +160,9 @@ pub trait TaskStore: Send + Sync + 'static {
     /// already ended or does not exist. An error if `t.status` is not terminal or
     /// `usage.key_id` is not `t.key_id`.
     async fn finish_task(&self, t: &TaskRecord, usage: &UsageRecord) -> StoreResult<bool>;
+
+    /// Drops a claimed ref whose task does not exist (a submission that failed between
+    /// the store's two writes), so it is not handed out again. Does nothing to a task
+    /// that exists.
+    async fn forget_task(&self, r: &TaskRef) -> StoreResult<()>;
 }

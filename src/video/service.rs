@@ -9,6 +9,7 @@ use super::render;
 use super::vendors::{self, Call, Source};
 use super::{Shape, VideoRoute};
 use crate::api::store_error;
+use crate::auth::credentials::query_param;
 use crate::auth::AuthKey;
 use crate::billing::Price;
 use crate::channels::{Channel, ChannelProtocol};
@@ -16,7 +17,6 @@ use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use crate::ids;
 use crate::media::multipart;
-use crate::protocol::Invalid;
 use crate::proxy::ctx::{respond_json, response_header};
 use crate::proxy::Ctx;
 use crate::relay::body;
@@ -34,13 +34,6 @@ use std::sync::Arc;
 const RESERVATION_MARGIN_SECS: u64 = 3600;
 /// Largest status answer read from an upstream.
 const STATUS_BODY_LIMIT: usize = 1024 * 1024;
-
-fn bad(i: Invalid) -> GatewayError {
-    GatewayError::BadRequest {
-        param: i.param,
-        message: i.message,
-    }
-}
 
 pub async fn handle(
     gw: &Gateway,
@@ -74,13 +67,7 @@ async fn video_b(
     key: &AuthKey,
     query: Option<&str>,
 ) -> Result<(), GatewayError> {
-    let param = |name: &str| {
-        query.and_then(|q| {
-            url::form_urlencoded::parse(q.as_bytes())
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.into_owned())
-        })
-    };
+    let param = |name: &str| query_param(query, name);
     let version = param("Version").ok_or_else(|| {
         GatewayError::bad_request(
             Some("Version"),
@@ -151,16 +138,18 @@ async fn read_job(
     match shape {
         Shape::Videos => match multipart::boundary(&content_type) {
             Some(b) => {
-                let form = multipart::parse(&raw, &b).map_err(bad)?;
-                job::from_videos_form(&raw, &form, bounds).map_err(bad)
+                let form = multipart::parse(&raw, &b)?;
+                job::from_videos_form(&raw, &form, bounds).map_err(GatewayError::from)
             }
-            None => job::from_videos_json(&parse_json(&raw)?, bounds).map_err(bad),
+            None => job::from_videos_json(&parse_json(&raw)?, bounds).map_err(GatewayError::from),
         },
         Shape::TextToVideo | Shape::Generations => {
-            job::from_task_json(&parse_json(&raw)?, false, bounds).map_err(bad)
+            job::from_task_json(&parse_json(&raw)?, false, bounds).map_err(GatewayError::from)
         }
-        Shape::ImageToVideo => job::from_task_json(&parse_json(&raw)?, true, bounds).map_err(bad),
-        Shape::VideoB => job::from_video_b(&parse_json(&raw)?, bounds).map_err(bad),
+        Shape::ImageToVideo => {
+            job::from_task_json(&parse_json(&raw)?, true, bounds).map_err(GatewayError::from)
+        }
+        Shape::VideoB => job::from_video_b(&parse_json(&raw)?, bounds).map_err(GatewayError::from),
     }
 }
 
@@ -240,8 +229,7 @@ async fn submit(
             timeout + RESERVATION_MARGIN_SECS,
         )
         .await
-        .map_err(|e| store_error(&e))?
-        .map_err(GatewayError::from)?;
+        .map_err(|e| store_error(&e))??;
     let mut guard = crate::billing::ReservationGuard::new(gw.store.clone(), reservation);
 
     let no_headers = http::HeaderMap::new();
@@ -392,11 +380,7 @@ async fn content(
         .router
         .by_name(&t.channel)
         .ok_or(GatewayError::Upstream(UpstreamFailure::Connect))?;
-    let variant = query.and_then(|q| {
-        url::form_urlencoded::parse(q.as_bytes())
-            .find(|(k, _)| k == "variant")
-            .map(|(_, v)| v.into_owned())
-    });
+    let variant = query_param(query, "variant");
     let source = vendors::content(channel.protocol, &t, variant.as_deref())
         .ok_or(GatewayError::Upstream(UpstreamFailure::BadResponse))?;
     let (target, path) = match source {
@@ -479,7 +463,9 @@ pub async fn poll_once(gw: &Gateway, r: &TaskRef) -> Option<TaskRecord> {
     let mut t = match gw.store.get_task(&r.key_id, &r.id).await {
         Ok(Some(t)) => t,
         Ok(None) => {
-            forget(gw, r).await;
+            if let Err(e) = gw.store.forget_task(r).await {
+                tracing::warn!(task = %r.id, error = %e, "stray task ref not dropped");
+            }
             return None;
         }
         Err(e) => {
@@ -558,50 +544,6 @@ pub async fn poll_once(gw: &Gateway, r: &TaskRef) -> Option<TaskRecord> {
         ),
         Asked::Retry => save(gw, t).await,
     }
-}
-
-/// A due entry whose task was never written (a submission that failed between the
-/// store's two writes): ending it by id removes the entry, so it is not handed out again.
-async fn forget(gw: &Gateway, r: &TaskRef) {
-    let t = TaskRecord {
-        id: r.id.clone(),
-        key_id: r.key_id.clone(),
-        endpoint: String::new(),
-        model: String::new(),
-        channel: String::new(),
-        upstream_id: String::new(),
-        upstream_kind: String::new(),
-        status: TaskStatus::Failed,
-        progress: 0,
-        created_at: 0,
-        completed_at: None,
-        deadline: 0,
-        seconds: 0.0,
-        size: None,
-        n: 0,
-        reserved: 0,
-        cost: 0,
-        polls: 0,
-        result: None,
-        error: None,
-    };
-    let usage = UsageRecord {
-        request_id: r.id.clone(),
-        time_ms: ids::now_ms(),
-        key_id: r.key_id.clone(),
-        endpoint: String::new(),
-        model: String::new(),
-        channel: String::new(),
-        prompt_tokens: 0,
-        completion_tokens: 0,
-        cached_tokens: 0,
-        cost: 0,
-        status: 500,
-        latency_ms: 0,
-        stream: false,
-    };
-    // Changes nothing for a task that exists; only the stray due entry goes.
-    let _ = gw.store.finish_task(&t, &usage).await;
 }
 
 async fn save(gw: &Gateway, t: TaskRecord) -> Option<TaskRecord> {

@@ -599,3 +599,33 @@ async fn redis_due_entry_without_a_task_is_returned_and_finish_removes_it() {
     assert_eq!(used(&*store, KEY).await, 0);
     assert_eq!(store.recent_usage(KEY, 10).await.unwrap(), vec![]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_forget_task_drops_a_stray_ref_and_spares_a_live_task() {
+    let redis = RedisServer::start().await;
+    let store = open(&redis_config(&redis)).await;
+    key(&*store, KEY).await;
+    let (stray, live) = (task_id(1), task_id(2));
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg("gw:tasks:due")
+        .arg(1_000)
+        .arg(format!("{KEY} {stray}"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    store
+        .create_task(&task(KEY, &live, 0), 1_000)
+        .await
+        .unwrap();
+    for id in [&stray, &live] {
+        let r = TaskRef {
+            key_id: KEY.into(),
+            id: id.to_string(),
+        };
+        store.forget_task(&r).await.unwrap();
+    }
+    let claimed = store.claim_due_tasks(2_000, LEASE, 10).await.unwrap();
+    assert_eq!(ids(&claimed), set(&[&live]));
+}
