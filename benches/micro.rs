@@ -140,6 +140,8 @@ fn usage(key_id: &str, request_id: &str) -> UsageRecord {
         completion_tokens: 18,
         cached_tokens: 0,
         cost: 60,
+        estimated: false,
+        overrun: 0,
         status: 200,
         latency_ms: 1,
         stream: false,

@@ -3,6 +3,7 @@
 
 use crate::auth::KeyCache;
 use crate::channels::Router;
+use crate::lifecycle::Cut;
 use crate::config::{Config, StoreConfig};
 use crate::store::embedded::EmbeddedStore;
 use crate::store::redis::RedisStore;
@@ -20,6 +21,8 @@ pub struct Gateway {
     pub keys: KeyCache,
     pub router: Router,
     pub connector: Connector,
+    /// Ends the answers still running when a graceful stop's grace period is over.
+    pub cut: Cut,
 }
 
 impl Gateway {
@@ -28,6 +31,7 @@ impl Gateway {
             keys: KeyCache::new(store.clone(), config.key_cache_ttl),
             router: Router::new(&config.channels),
             connector: Connector::new(Some(ConnectorOptions::new(UPSTREAM_POOL_SIZE))),
+            cut: Cut::new(),
             store,
             config,
         }

@@ -27,7 +27,10 @@ fn server_conf(config: &Config) -> ServerConf {
     ServerConf {
         threads,
         work_stealing: true,
-        grace_period_seconds: Some(0),
+        // Requests in flight run through the grace period; then `Cut` ends the streams
+        // still running (their error event and settlement take well under a second),
+        // and the runtimes get a few seconds more to let them write it.
+        grace_period_seconds: Some(config.limits.shutdown_grace.as_secs() + 1),
         graceful_shutdown_timeout_seconds: Some(5),
         ..ServerConf::default()
     }
@@ -73,12 +76,24 @@ pub fn serve(config: Config) -> Result<(), String> {
     tracing::info!(listen = %gw.config.listen, channels = gw.config.channels.len(), "model-gateway starting");
     server.add_service(proxy_service(gw.clone(), &server.configuration));
     server.add_service(background_service("video tasks", Poller::new(gw.clone())));
+    server.add_service(background_service("graceful stop", Stopper(gw.clone())));
     if let Some(admin) = admin_service(gw) {
         server.add_service(admin);
     }
     // Keep the store runtime alive for as long as the server runs.
     let _keep = store_rt;
     server.run_forever()
+}
+
+/// Cuts the answers still running once a graceful stop's grace period is over.
+struct Stopper(Arc<Gateway>);
+
+#[async_trait::async_trait]
+impl BackgroundService for Stopper {
+    async fn start(&self, shutdown: pingora::server::ShutdownWatch) {
+        let grace = self.0.config.limits.shutdown_grace;
+        self.0.cut.after_grace(shutdown, grace).await;
+    }
 }
 
 /// A gateway running inside the current process.
@@ -88,7 +103,8 @@ pub struct Running {
 }
 
 impl Running {
-    /// Stops accepting connections.
+    /// Stops accepting connections; requests in flight get the grace period
+    /// (`limits.shutdown_grace_secs`), then the streams still running are cut.
     pub fn shutdown(&self) {
         let _ = self.shutdown.send(true);
     }
@@ -129,6 +145,9 @@ pub fn spawn(
     let poller = Poller::new(gw.clone());
     let r = rx.clone();
     tokio::spawn(async move { poller.start(r).await });
+    let stopper = Stopper(gw.clone());
+    let r = rx.clone();
+    tokio::spawn(async move { stopper.start(r).await });
     if let Some(mut admin) = admin_service(gw.clone()) {
         tokio::spawn(async move { admin.start_service(Some(fds), rx, 1).await });
     }

@@ -231,6 +231,7 @@ fn requests() {
             upstream_model: "upstream-model",
             stream,
             default_max_tokens: 4096,
+            chat_limit_field: "max_completion_tokens",
             compact: false,
         };
         // Native passthrough is the only way to a Responses upstream.

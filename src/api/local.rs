@@ -6,11 +6,9 @@ use super::store_error;
 use crate::auth::{credentials, AuthKey};
 use crate::errors::GatewayError;
 use crate::gateway::Gateway;
-use crate::proxy::ctx::respond_json;
-use crate::proxy::Ctx;
+use crate::request::Answer;
 use crate::store::UsageRecord;
 use once_cell::sync::Lazy;
-use pingora::proxy::Session;
 use serde_json::{json, Value};
 
 /// Models have no creation time of their own; they are listed as created at start-up.
@@ -89,39 +87,20 @@ pub fn models(gw: &Gateway, key: &AuthKey, format: ListFormat) -> Value {
     }
 }
 
-pub async fn serve_models(
-    gw: &Gateway,
-    session: &mut Session,
-    ctx: &mut Ctx,
-    key: &AuthKey,
-    format: ListFormat,
-) {
-    let body = models(gw, key, format);
-    respond_json(session, ctx, 200, body.to_string().into_bytes()).await;
+pub fn serve_models(gw: &Gateway, key: &AuthKey, format: ListFormat) -> Answer {
+    Answer::json(200, models(gw, key, format).to_string().into_bytes())
 }
 
-pub async fn serve_gemini_model(
-    gw: &Gateway,
-    session: &mut Session,
-    ctx: &mut Ctx,
-    key: &AuthKey,
-    name: &str,
-) -> Result<(), GatewayError> {
+pub fn serve_gemini_model(gw: &Gateway, key: &AuthKey, name: &str) -> Result<Answer, GatewayError> {
     let id = name.strip_prefix("models/").unwrap_or(name);
     if !gw.router.serves(id) || !key.allows_model(id) {
         return Err(GatewayError::ModelNotFound(id.to_string()));
     }
-    respond_json(session, ctx, 200, gemini_model(id).to_string().into_bytes()).await;
-    Ok(())
+    Ok(Answer::json(200, gemini_model(id).to_string().into_bytes()))
 }
 
 /// `GET /api/usage/token`: the caller's own key, read fresh from the store.
-pub async fn serve_usage(
-    gw: &Gateway,
-    session: &mut Session,
-    ctx: &mut Ctx,
-    key: &AuthKey,
-) -> Result<(), GatewayError> {
+pub async fn serve_usage(gw: &Gateway, key: &AuthKey) -> Result<Answer, GatewayError> {
     let rec = gw
         .store
         .get_key(&key.rec.id)
@@ -145,8 +124,7 @@ pub async fn serve_usage(
         "expires_at": rec.expires_at.map(rfc3339),
         "rpm": rec.rpm,
     });
-    respond_json(session, ctx, 200, body.to_string().into_bytes()).await;
-    Ok(())
+    Ok(Answer::json(200, body.to_string().into_bytes()))
 }
 
 fn log_entry(r: &UsageRecord) -> Value {
@@ -164,17 +142,17 @@ fn log_entry(r: &UsageRecord) -> Value {
         "status": r.status,
         "latency_ms": r.latency_ms,
         "stream": r.stream,
+        "cost_estimated": r.estimated,
+        "overrun_micro_usd": r.overrun,
     })
 }
 
 /// `GET /api/log/token[?limit=N]`: the caller's latest records, newest first.
 pub async fn serve_log(
     gw: &Gateway,
-    session: &mut Session,
-    ctx: &mut Ctx,
     key: &AuthKey,
     query: Option<&str>,
-) -> Result<(), GatewayError> {
+) -> Result<Answer, GatewayError> {
     let limit = match credentials::query_param(query, "limit") {
         None => LOG_DEFAULT,
         Some(s) => s
@@ -191,6 +169,5 @@ pub async fn serve_log(
         .await
         .map_err(|e| store_error(&e))?;
     let body = json!({"object": "list", "data": recs.iter().map(log_entry).collect::<Vec<_>>()});
-    respond_json(session, ctx, 200, body.to_string().into_bytes()).await;
-    Ok(())
+    Ok(Answer::json(200, body.to_string().into_bytes()))
 }

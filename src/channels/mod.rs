@@ -89,6 +89,8 @@ pub struct Channel {
     pub model_map: BTreeMap<String, String>,
     /// Serves the Responses API natively (`openai` channels).
     pub responses_api: bool,
+    /// The member a chat request to this channel carries its output limit in.
+    pub chat_limit_field: &'static str,
     pub priority: i32,
     pub weight: u32,
     pub connect_timeout: Duration,
@@ -171,7 +173,18 @@ impl Channel {
         if c.weight == 0 {
             return Err(config_err(format!("{path}.weight"), "must be at least 1"));
         }
+        let chat_limit_field = match c.max_tokens_field.as_deref() {
+            None | Some("max_completion_tokens") => "max_completion_tokens",
+            Some("max_tokens") if protocol == ChannelProtocol::OpenAi => "max_tokens",
+            Some(other) => {
+                return Err(config_err(
+                    format!("{path}.max_tokens_field"),
+                    format!("`{other}`: expected `max_completion_tokens` or `max_tokens` (`openai` channels only)"),
+                ))
+            }
+        };
         Ok(Channel {
+            chat_limit_field,
             resolver: Resolver::new(host.clone(), port),
             name: c.name,
             protocol,
@@ -232,6 +245,7 @@ impl Channel {
             models: vec![String::from("-")],
             model_map: BTreeMap::new(),
             responses_api: false,
+            max_tokens_field: None,
             priority: 0,
             weight: 1,
             connect_timeout_secs: self.connect_timeout.as_secs(),
@@ -363,6 +377,7 @@ mod tests {
             models: vec!["m".into()],
             model_map: BTreeMap::new(),
             responses_api: false,
+            max_tokens_field: None,
             priority,
             weight,
             connect_timeout_secs: 1,

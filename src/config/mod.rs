@@ -63,6 +63,7 @@ pub struct Limits {
     pub max_body_bytes: usize,
     pub max_response_bytes: usize,
     pub reservation_ttl_secs: u64,
+    pub shutdown_grace: std::time::Duration,
 }
 
 /// Asynchronous video tasks (see [`raw::RawVideo`]).
@@ -276,6 +277,7 @@ impl Config {
                 max_body_bytes: raw.limits.max_body_bytes,
                 max_response_bytes: raw.limits.max_response_bytes,
                 reservation_ttl_secs: raw.limits.reservation_ttl_secs.max(60),
+                shutdown_grace: std::time::Duration::from_secs(raw.limits.shutdown_grace_secs),
             },
             trusted_proxies,
             threads: raw.threads,

@@ -122,6 +122,14 @@ pub struct RawLimits {
     /// A reservation not settled within this time is released by the store itself.
     #[serde(default = "default_reservation_ttl")]
     pub reservation_ttl_secs: u64,
+    /// On a graceful stop (SIGTERM), how long requests in flight may take to finish
+    /// before the streams still running are ended with an error event and settled.
+    #[serde(default = "default_shutdown_grace")]
+    pub shutdown_grace_secs: u64,
+}
+
+fn default_shutdown_grace() -> u64 {
+    30
 }
 
 impl Default for RawLimits {
@@ -130,6 +138,7 @@ impl Default for RawLimits {
             max_body_bytes: default_max_body(),
             max_response_bytes: default_max_response(),
             reservation_ttl_secs: default_reservation_ttl(),
+            shutdown_grace_secs: default_shutdown_grace(),
         }
     }
 }
@@ -160,6 +169,10 @@ pub struct RawChannel {
     /// `openai` channels only: the upstream serves `/v1/responses` itself.
     #[serde(default)]
     pub responses_api: bool,
+    /// `openai` channels: how the upstream spells the chat output limit
+    /// (`max_completion_tokens`, the default, or `max_tokens`).
+    #[serde(default)]
+    pub max_tokens_field: Option<String>,
     #[serde(default)]
     pub priority: i32,
     #[serde(default = "default_weight")]

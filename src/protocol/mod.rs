@@ -61,6 +61,9 @@ pub struct RequestOptions<'a> {
     /// The output limit to send when the request names none and the upstream protocol
     /// requires one (messages `max_tokens`): the limit the reservation was sized for.
     pub default_max_tokens: u64,
+    /// How a chat upstream spells the output limit: `max_completion_tokens` (current
+    /// models) or `max_tokens` (servers that know only that one). A channel option.
+    pub chat_limit_field: &'a str,
     /// `/v1/responses/compact` (spec 4.5).
     pub compact: bool,
 }

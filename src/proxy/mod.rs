@@ -12,10 +12,6 @@
 //! 5. `logging`: appends the usage record of an authenticated request, unless the relay
 //!    already wrote it together with the request's settlement.
 
-pub mod ctx;
-pub mod route;
-
-pub use ctx::{Ctx, Record};
 
 use crate::api::local;
 use crate::auth::{self, client_ip};
@@ -25,10 +21,10 @@ use crate::realtime;
 use crate::relay;
 use crate::video;
 use async_trait::async_trait;
-use ctx::respond_error;
+use crate::request::{respond_error, Answer, Ctx};
 use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
-use route::Route;
+use crate::route::{self, Route};
 use std::sync::Arc;
 
 /// What `request_filter` did with the request.
@@ -99,12 +95,10 @@ async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx) -> Phase {
     let route = route::route(&req.method, &path);
     ctx.shape = route.error_shape(&path);
     match dispatch(gw, session, ctx, &route, &path, query.as_deref()).await {
-        Ok(phase) => phase,
-        Err(e) => {
-            respond_error(session, ctx, &e).await;
-            Phase::Responded
-        }
+        Ok(answer) => answer.send(gw, session, ctx).await,
+        Err(e) => respond_error(session, ctx, &e).await,
     }
+    Phase::Responded
 }
 
 async fn dispatch(
@@ -114,7 +108,7 @@ async fn dispatch(
     route: &Route,
     path: &str,
     query: Option<&str>,
-) -> Result<Phase, GatewayError> {
+) -> Result<Answer, GatewayError> {
     match route {
         Route::NotFound => return Err(GatewayError::NotFound),
         Route::MethodNotAllowed => return Err(GatewayError::MethodNotAllowed),
@@ -138,37 +132,36 @@ async fn dispatch(
     )
     .await?;
     ctx.key = Some(key.clone());
-    let responded = |r: Result<(), GatewayError>| r.map(|()| Phase::Responded);
     match route {
         Route::Models => {
             let format = local::list_format(&session.req_header().headers, query);
             ctx.record_mut().endpoint = path.to_string();
-            local::serve_models(gw, session, ctx, &key, format).await;
-            Ok(Phase::Responded)
+            Ok(local::serve_models(gw, &key, format))
         }
         Route::GeminiModels => {
             ctx.record_mut().endpoint = path.to_string();
-            local::serve_models(gw, session, ctx, &key, local::ListFormat::Gemini).await;
-            Ok(Phase::Responded)
+            Ok(local::serve_models(gw, &key, local::ListFormat::Gemini))
         }
-        Route::GeminiModel(name) => {
-            responded(local::serve_gemini_model(gw, session, ctx, &key, name).await)
-        }
-        Route::UsageToken => responded(local::serve_usage(gw, session, ctx, &key).await),
-        Route::LogToken => responded(local::serve_log(gw, session, ctx, &key, query).await),
+        Route::GeminiModel(name) => local::serve_gemini_model(gw, &key, name),
+        Route::UsageToken => local::serve_usage(gw, &key).await,
+        Route::LogToken => local::serve_log(gw, &key, query).await,
         Route::Relay(r) => {
             ctx.record_mut().endpoint = path.to_string();
-            responded(relay::handle(gw, session, ctx, r).await)
+            relay::handle(gw, session, ctx, r).await
         }
         Route::Media(m) => {
             ctx.record_mut().endpoint = path.to_string();
-            responded(relay::media::handle(gw, session, ctx, m).await)
+            relay::media::handle(gw, session, ctx, m).await
         }
         Route::Realtime => {
             ctx.record_mut().endpoint = path.to_string();
-            responded(realtime::relay(gw, session, ctx, &key, query).await)
+            realtime::relay(gw, session, ctx, &key, query)
+                .await
+                .map(|()| Answer::Sent)
         }
-        Route::Video(v) => responded(video::service::handle(gw, session, ctx, v, query).await),
+        Route::Video(v) => video::service::handle(gw, session, ctx, v, query)
+            .await
+            .map(|()| Answer::Sent),
         Route::NotFound | Route::MethodNotAllowed | Route::NotImplemented => {
             Err(GatewayError::Internal)
         }

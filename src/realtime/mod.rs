@@ -77,7 +77,7 @@ use crate::errors::GatewayError;
 use crate::gateway::Gateway;
 use crate::ids;
 use crate::protocol::Invalid;
-use crate::proxy::Ctx;
+use crate::request::Ctx;
 use crate::relay::ERROR_BODY_LIMIT;
 use billing::{Account, Meter};
 use pingora::proxy::Session;
@@ -253,6 +253,7 @@ async fn settle(ctx: &mut Ctx, link: &mut Link) {
     rec.channel = link.channel.name.clone();
     rec.usage = link.meter.usage();
     rec.cost = charged;
+    rec.overrun = (cost - charged).max(0);
     rec.stream = true;
 }
 

@@ -5,17 +5,17 @@
 //! consumed. Speech audio streams back as it arrives; uploads are forwarded byte-exact.
 
 use super::body;
-use super::upstream::{Exchange, OpenError, Outgoing};
-use crate::billing::{Price, ReservationGuard};
-use crate::channels::ChannelProtocol;
-use crate::errors::{GatewayError, UpstreamFailure};
+use super::exchange;
+use super::meter::{Bounds, Call, Cost, Delivery, Meter, Request};
+use crate::billing::{input_token_bound, Price};
+use crate::channels::{Channel, ChannelProtocol};
+use crate::errors::GatewayError;
 use crate::gateway::Gateway;
 use crate::media::images::{self, ImageJob};
 use crate::media::multipart::{self, Form};
 use crate::media::{audio, text, Media};
 use crate::protocol::Usage;
-use crate::proxy::ctx::{respond, response_header};
-use crate::proxy::Ctx;
+use crate::request::{Answer, Ctx};
 use crate::store::Micros;
 use bytes::Bytes;
 use pingora::proxy::Session;
@@ -157,40 +157,59 @@ fn worst_case(price: &Price, plan: &Plan) -> Option<Micros> {
     }
 }
 
-/// What a successful answer cost, and the token usage it reported (for the log).
-fn actual(price: &Price, plan: &Plan, answer: &[u8], worst: Micros) -> (Micros, Usage) {
+/// What a successful answer cost, and how sure that is.
+fn actual(price: &Price, plan: &Plan, answer: &[u8], worst: Micros) -> Cost {
     match &plan.charge {
         Charge::Tokens => {
             let reported = serde_json::from_slice::<Value>(answer)
                 .ok()
                 .and_then(|v| text::reported_tokens(&v));
-            // No usage in the answer (moderation never reports any): four bytes a token.
-            let usage = reported.unwrap_or(Usage {
-                input_tokens: plan.body.len() as u64 / 4,
-                ..Usage::default()
-            });
-            (price.cost(&usage), usage)
+            match reported {
+                Some(u) => Cost::exact(u, price.cost(&u)),
+                // No usage in the answer (moderation never reports any): the input bound
+                // the reservation was sized by.
+                None => {
+                    let u = Usage {
+                        input_tokens: input_token_bound(&plan.body),
+                        ..Usage::default()
+                    };
+                    Cost::estimated(u, price.cost(&u))
+                }
+            }
         }
         Charge::Images(job) => {
             let got = images::delivered(answer).unwrap_or_default();
             if let (true, Some(u)) = (price.per_token(), got.usage) {
-                return (price.cost(&u), u);
+                return Cost::exact(u, price.cost(&u));
             }
             let size = got.size.as_deref().unwrap_or(&job.size);
             let quality = got.quality.as_deref().or(job.quality.as_deref());
             let each = price
                 .image(size, quality)
                 .unwrap_or(worst / job.n.max(1) as Micros);
-            (each.saturating_mul(got.images as Micros), Usage::default())
+            // The images delivered, counted: exact.
+            Cost::exact(Usage::default(), each.saturating_mul(got.images as Micros))
         }
-        Charge::Speech { chars } => (price.chars(*chars).unwrap_or(worst), Usage::default()),
+        Charge::Speech { chars } => Cost::exact(
+            Usage::default(),
+            price.chars(*chars).unwrap_or(worst),
+        ),
         Charge::Audio { format, file } => {
             if let (true, Some(u)) = (price.per_token(), audio::token_usage(answer)) {
-                return (price.cost(&u), u);
+                return Cost::exact(u, price.cost(&u));
             }
             let seconds =
                 audio::billed_seconds(format.as_deref(), answer, &plan.body[file.clone()]);
-            (price.seconds(seconds).unwrap_or(worst), Usage::default())
+            let micros = price.seconds(seconds).unwrap_or(worst);
+            // Seconds the upstream reported are exact; read from the file, counted.
+            let reported = serde_json::from_slice::<Value>(answer)
+                .ok()
+                .is_some_and(|v| v.get("duration").is_some() || v.get("usage").is_some());
+            if reported {
+                Cost::exact(Usage::default(), micros)
+            } else {
+                Cost::estimated(Usage::default(), micros)
+            }
         }
     }
 }
@@ -220,7 +239,7 @@ pub async fn handle(
     session: &mut Session,
     ctx: &mut Ctx,
     media: &Media,
-) -> Result<(), GatewayError> {
+) -> Result<Answer, GatewayError> {
     let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
     let raw = body::read(session, gw.config.limits.max_body_bytes).await?;
     let content_type = session
@@ -248,111 +267,103 @@ pub async fn handle(
     let (price, worst) = price
         .and_then(|p| worst_case(p, &plan).map(|w| (p, w)))
         .ok_or_else(|| GatewayError::ModelNotPriced(plan.model.clone()))?;
-    let worst = worst.max(1);
-    // The whole worst case or nothing: unlike a chat answer, these cannot be shortened.
-    let mut guard = super::reserve(gw, &key.rec.id, &ctx.request_id, worst, worst).await?;
-    let result = exchange(
-        gw,
-        session,
-        ctx,
-        media,
-        &plan,
-        price,
-        worst,
-        &candidates,
-        &mut guard,
-    )
-    .await;
-    let cost = ctx.record.as_ref().map_or(0, |r| r.cost);
-    guard.settle(cost).await;
-    result
+    let request = MediaRequest {
+        media: media.clone(),
+        plan,
+        price: price.clone(),
+        worst: worst.max(1),
+    };
+    let headers = session.req_header().headers.clone();
+    exchange::run(gw, ctx, &headers, &candidates, request).await
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn exchange(
-    gw: &Gateway,
-    session: &mut Session,
-    ctx: &mut Ctx,
-    media: &Media,
-    plan: &Plan,
-    price: &Price,
+/// A media request on its way upstream. Its worst case is held whole: unlike a chat
+/// answer, these cannot be shortened to fit what is left.
+struct MediaRequest {
+    media: Media,
+    plan: Plan,
+    price: Price,
     worst: Micros,
-    candidates: &[std::sync::Arc<crate::channels::Channel>],
-    guard: &mut ReservationGuard,
-) -> Result<(), GatewayError> {
-    let client_headers = session.req_header().headers.clone();
-    let mut failure = GatewayError::Upstream(UpstreamFailure::Connect);
-    for channel in candidates {
-        let out = Outgoing {
-            method: "POST",
-            path: media.upstream_path(),
-            body: body_for(plan, channel.upstream_model(&plan.model)),
-            content_type: &plan.content_type,
-            stream: false,
-            client_headers: &client_headers,
-        };
-        ctx.record_mut().channel = channel.name.clone();
-        let mut ex = match Exchange::open(gw, channel.clone(), &out).await {
-            Ok(ex) => ex,
-            Err(OpenError::NotSent(e)) => {
-                failure = e;
-                continue;
-            }
-            Err(OpenError::Sent(e)) => return Err(e),
-        };
-        if !(200..300).contains(&ex.status()) {
-            return Err(super::refused(gw, ctx, ex).await);
-        }
-        let content_type = ex.content_type().to_string();
-        if *media == Media::Speech {
-            return speech(
-                gw,
-                session,
-                ctx,
-                ex,
-                plan,
-                price,
-                worst,
-                &content_type,
-                guard,
-            )
-            .await;
-        }
-        let answer = ex.body(gw.config.limits.max_response_bytes).await?;
-        ex.finish(gw).await;
-        let (cost, usage) = actual(price, plan, &answer, worst);
-        settle(ctx, guard, cost, usage, 200).await;
-        let answer = client_model(answer, &content_type, &plan.model);
-        let ct = if content_type.is_empty() {
-            "application/json"
-        } else {
-            &content_type
-        };
-        respond(session, ctx, 200, ct, answer).await;
-        return Ok(());
-    }
-    Err(failure)
 }
 
-/// Records the cost (never above the reservation: the cap holds even if an upstream
-/// delivers more than was asked) and settles, with the usage record, before the answer
-/// leaves, so a caller who reads its balance next sees the charge.
-async fn settle(
-    ctx: &mut Ctx,
-    guard: &mut ReservationGuard,
-    cost: Micros,
-    usage: Usage,
-    status: u16,
-) {
-    let reserved = guard.amount();
-    if cost > reserved {
-        tracing::warn!(request_id = %ctx.request_id, cost, reserved, "answer cost more than its worst case; capped");
+impl Request for MediaRequest {
+    type Meter = MediaMeter;
+
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            min: self.worst,
+            max: self.worst,
+        }
     }
-    let cost = cost.min(reserved);
-    let rec = ctx.record_mut();
-    rec.cost = cost;
-    rec.usage = usage;
-    super::settle_logged(ctx, guard, cost, status).await;
+
+    fn grant(&mut self, _granted: Micros) {}
+
+    fn call(&mut self, channel: &Channel, _last: bool) -> Result<Call, GatewayError> {
+        Ok(Call {
+            method: "POST",
+            path: self.media.upstream_path().to_string(),
+            body: body_for(&self.plan, channel.upstream_model(&self.plan.model)),
+            content_type: self.plan.content_type.clone(),
+            stream: false,
+        })
+    }
+
+    fn meter(self, _request_id: &str) -> MediaMeter {
+        MediaMeter {
+            speech: self.media == Media::Speech,
+            plan: self.plan,
+            price: self.price,
+            worst: self.worst,
+            cost: Cost::default(),
+        }
+    }
+}
+
+struct MediaMeter {
+    speech: bool,
+    plan: Plan,
+    price: Price,
+    worst: Micros,
+    cost: Cost,
+}
+
+impl Meter for MediaMeter {
+    fn delivery(&mut self, upstream_content_type: &str) -> Result<Delivery, GatewayError> {
+        if !self.speech {
+            return Ok(Delivery::Whole);
+        }
+        // Spec 4.21: audio goes to the client as each upstream read arrives. The
+        // upstream bills the whole input once it starts answering.
+        self.cost = actual(&self.price, &self.plan, &[], self.worst);
+        let content_type = match upstream_content_type {
+            "" => "audio/mpeg",
+            ct => ct,
+        };
+        Ok(Delivery::Stream {
+            content_type: content_type.into(),
+            framed: false,
+        })
+    }
+
+    fn whole(&mut self, body: Bytes, content_type: &str) -> Result<(Bytes, String), GatewayError> {
+        self.cost = actual(&self.price, &self.plan, &body, self.worst);
+        let answer = client_model(body, content_type, &self.plan.model);
+        let ct = match content_type {
+            "" => "application/json",
+            ct => ct,
+        };
+        Ok((answer, ct.to_string()))
+    }
+
+    fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(chunk);
+    }
+
+    fn finish(&mut self, _error: Option<&str>, _out: &mut Vec<u8>) {}
+
+    fn cost(&self) -> Cost {
+        self.cost
+    }
 }
 
 /// A JSON answer shows the client's model name, never the upstream's.
@@ -372,59 +383,3 @@ fn client_model(answer: Bytes, content_type: &str, model: &str) -> Bytes {
     }
 }
 
-/// Spec 4.21: audio goes to the client as each upstream read arrives.
-#[allow(clippy::too_many_arguments)]
-async fn speech(
-    gw: &Gateway,
-    session: &mut Session,
-    ctx: &mut Ctx,
-    mut ex: Exchange,
-    plan: &Plan,
-    price: &Price,
-    worst: Micros,
-    content_type: &str,
-    guard: &mut ReservationGuard,
-) -> Result<(), GatewayError> {
-    let ct = if content_type.is_empty() {
-        "audio/mpeg"
-    } else {
-        content_type
-    };
-    ctx.status = 200;
-    let mut client_ok = match response_header(ctx, 200, ct, None) {
-        Some(h) => session
-            .write_response_header(Box::new(h), false)
-            .await
-            .is_ok(),
-        None => false,
-    };
-    // The upstream bills the whole input once it starts answering.
-    let (cost, usage) = actual(price, plan, &[], worst);
-    guard.set_charge_on_drop(cost);
-    let broke = loop {
-        match ex.chunk().await {
-            Ok(Some(chunk)) => {
-                if client_ok {
-                    client_ok = session
-                        .write_response_body(Some(chunk), false)
-                        .await
-                        .is_ok();
-                }
-            }
-            Ok(None) => break false,
-            Err(_) => break true,
-        }
-    };
-    settle(ctx, guard, cost, usage, if broke { 500 } else { 200 }).await;
-    if client_ok && !broke {
-        let _ = session.write_response_body(None, true).await;
-    }
-    if broke {
-        // The client saw a 200 header and part of the audio: the log says it failed,
-        // and the connection is not reused (the body is incomplete).
-        ctx.status = 500;
-        session.set_keepalive(None);
-    }
-    ex.finish(gw).await;
-    Ok(())
-}

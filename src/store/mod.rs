@@ -151,6 +151,12 @@ pub struct UsageRecord {
     pub completion_tokens: u64,
     pub cached_tokens: u64,
     pub cost: Micros,
+    /// The cost was counted by the gateway because the upstream reported no usage.
+    #[serde(default)]
+    pub estimated: bool,
+    /// Cost the upstream reported beyond the grant: recorded, never charged.
+    #[serde(default)]
+    pub overrun: Micros,
     /// HTTP status returned to the client.
     pub status: u16,
     pub latency_ms: u64,

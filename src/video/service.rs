@@ -17,8 +17,8 @@ use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use crate::ids;
 use crate::media::multipart;
-use crate::proxy::ctx::{respond_json, response_header};
-use crate::proxy::Ctx;
+use crate::request::{respond_json, response_header};
+use crate::request::Ctx;
 use crate::relay::body;
 use crate::relay::media::parse_json;
 use crate::relay::upstream::{Exchange, OpenError, Outgoing};
@@ -250,7 +250,7 @@ async fn submit(
             Err(OpenError::Sent(e)) => return Err(e),
         };
         if !(200..300).contains(&ex.status()) {
-            return Err(crate::relay::refused(gw, ctx, ex).await);
+            return Err(crate::relay::exchange::refused(gw, ctx, ex).await);
         }
         let answer = ex.body(STATUS_BODY_LIMIT).await?;
         ex.finish(gw).await;
@@ -403,7 +403,7 @@ async fn content(
         Err(OpenError::NotSent(e) | OpenError::Sent(e)) => return Err(e),
     };
     if !(200..300).contains(&ex.status()) {
-        return Err(crate::relay::refused(gw, ctx, ex).await);
+        return Err(crate::relay::exchange::refused(gw, ctx, ex).await);
     }
     let ct = match ex.content_type() {
         "" => "video/mp4".to_string(),
@@ -636,6 +636,8 @@ async fn finish(gw: &Gateway, t: TaskRecord) -> TaskRecord {
         completion_tokens: 0,
         cached_tokens: 0,
         cost: t.cost,
+        estimated: false,
+        overrun: 0,
         status: if t.status == TaskStatus::Completed {
             200
         } else {

@@ -200,13 +200,17 @@ async fn a_one_mebibyte_body_reaches_the_upstream_intact() {
     assert_eq!(status, 200, "{text}");
     let seen = up.last();
     assert!(seen.body.len() > 1 << 20);
-    // The only intended rewrite is the model name.
+    // The only intended rewrites: the model name, and the output limit the reservation
+    // paid for (always written, here the price's maximum, after the client's members).
     body["model"] = json!("gpt-4o-2024-08-06");
+    let limit = seen.json()["max_completion_tokens"].as_u64();
+    assert!(limit.is_some_and(|n| n > 0), "the upstream is told the output limit");
+    body["max_completion_tokens"] = json!(limit);
     assert_eq!(seen.json(), body);
     assert_eq!(
         seen.body,
         serde_json::to_vec(&body).unwrap(),
-        "byte-exact apart from the model"
+        "byte-exact apart from the model and the output limit"
     );
 }
 

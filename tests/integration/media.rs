@@ -359,9 +359,10 @@ async fn embeddings_rerank_and_moderation_bill_tokens() {
     let (s, _, text) = gw.post("/v1/moderations", &key, &body).await;
     assert_eq!(s, 200, "{text}");
     assert_eq!(up.last().json()["model"], "omni-moderation-latest");
-    // No usage in moderation answers: four bytes a token.
+    // No usage in moderation answers: charged the input bound the reservation held (one
+    // token per byte, plus 64), and the record says the cost is estimated.
     let len = serde_json::to_vec(&body).unwrap().len() as i64;
-    assert_eq!(gw.used_micros(&id).await, 1_660 + len / 4);
+    assert_eq!(gw.used_micros(&id).await, 1_660 + len + 64);
 
     let calls = up.requests().len();
     for (path, body, param) in [

@@ -144,6 +144,8 @@ fn usage(t: &TaskRecord) -> UsageRecord {
         completion_tokens: 0,
         cached_tokens: 0,
         cost: t.cost,
+        estimated: false,
+        overrun: 0,
         status: 200,
         latency_ms: 100_000,
         stream: false,

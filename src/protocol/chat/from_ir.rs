@@ -17,7 +17,7 @@ pub fn from_ir(req: &ir::Request, opts: &RequestOptions) -> Result<UpstreamReque
     b.insert("model".into(), opts.upstream_model.into());
     b.insert("messages".into(), Value::Array(messages(req)));
     if let Some(n) = req.max_tokens {
-        b.insert("max_completion_tokens".into(), n.into());
+        b.insert(opts.chat_limit_field.into(), n.into());
     }
     put(&mut b, "temperature", req.temperature);
     put(&mut b, "top_p", req.top_p);

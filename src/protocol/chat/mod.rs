@@ -157,7 +157,12 @@ pub fn validate_shallow(top: &Shallow<'_>) -> Result<(), Invalid> {
 
 /// [`passthrough_request`] from a body read one level deep: the body is written once,
 /// with `model` renamed and, for streams, `stream_options.include_usage` set.
-pub fn passthrough_shallow(top: &Shallow<'_>, opts: &RequestOptions) -> UpstreamRequest {
+/// `extra`: further members to set (the output limit the reservation pays for).
+pub fn passthrough_shallow(
+    top: &Shallow<'_>,
+    opts: &RequestOptions,
+    extra: &[(&str, &str)],
+) -> UpstreamRequest {
     let model = Value::String(opts.upstream_model.to_string()).to_string();
     let mut wants_usage = false;
     let mut stream_options = None;
@@ -180,6 +185,7 @@ pub fn passthrough_shallow(top: &Shallow<'_>, opts: &RequestOptions) -> Upstream
     if let Some(so) = &stream_options {
         changes.push(("stream_options", so.as_str()));
     }
+    changes.extend_from_slice(extra);
     UpstreamRequest {
         body: top.write(&changes, 0),
         path: "/v1/chat/completions".into(),
@@ -409,10 +415,11 @@ mod tests {
                     upstream_model: "up-model",
                     stream,
                     default_max_tokens: 16,
+                    chat_limit_field: "max_completion_tokens",
                     compact: false,
                 };
                 let parsed = passthrough_request(serde_json::from_str(b).unwrap(), &opts);
-                let shallow = passthrough_shallow(&Shallow::parse(b.as_bytes()).unwrap(), &opts);
+                let shallow = passthrough_shallow(&Shallow::parse(b.as_bytes()).unwrap(), &opts, &[]);
                 // The same JSON, members in the same order; the shallow body keeps the
                 // client's own spelling of the values it did not change.
                 let as_text = |body: &[u8]| {
@@ -505,6 +512,7 @@ mod tests {
             upstream_model: "b",
             stream: true,
             default_max_tokens: 100,
+            chat_limit_field: "max_completion_tokens",
             compact: false,
         };
         let r = passthrough_request(json!({"model": "a", "stream": true}), &opts);

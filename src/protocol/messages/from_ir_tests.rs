@@ -8,6 +8,7 @@ fn opts(stream: bool) -> RequestOptions<'static> {
         upstream_model: "claude-sonnet-4-5-20250929",
         stream,
         default_max_tokens: 8192,
+        chat_limit_field: "max_completion_tokens",
         compact: false,
     }
 }

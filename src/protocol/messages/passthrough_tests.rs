@@ -29,6 +29,7 @@ fn the_request_keeps_every_field_but_the_model() {
         upstream_model: "claude-sonnet-4-5-20250929",
         stream: true,
         default_max_tokens: 100,
+        chat_limit_field: "max_completion_tokens",
         compact: false,
     };
     let r = request(body.clone(), &opts);

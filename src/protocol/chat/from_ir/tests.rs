@@ -6,6 +6,7 @@ fn opts(stream: bool) -> RequestOptions<'static> {
         upstream_model: "gpt-4.1-2025-04-14",
         stream,
         default_max_tokens: 4096,
+        chat_limit_field: "max_completion_tokens",
         compact: false,
     }
 }

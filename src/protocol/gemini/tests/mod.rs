@@ -38,6 +38,7 @@ pub(super) fn opts(model: &str, stream: bool) -> RequestOptions<'_> {
         upstream_model: model,
         stream,
         default_max_tokens: 4096,
+        chat_limit_field: "max_completion_tokens",
         compact: false,
     }
 }

@@ -8,6 +8,7 @@ fn opts(compact: bool) -> RequestOptions<'static> {
         upstream_model: "gpt-5-2025-08-07",
         stream: true,
         default_max_tokens: 4096,
+        chat_limit_field: "max_completion_tokens",
         compact,
     }
 }

@@ -1,10 +1,13 @@
-//! Per-request state shared by the phases, and the helpers that answer locally.
+//! Per-request state shared by the phases, the answer a handler returns, and the helpers
+//! that write answers. A leaf: every handler may use it, and it knows none of them.
 
 use crate::auth::AuthKey;
 use crate::errors::{ErrorShape, GatewayError};
+use crate::gateway::Gateway;
 use crate::ids;
 use crate::protocol::Usage;
 use crate::store::{Micros, UsageRecord};
+use async_trait::async_trait;
 use bytes::Bytes;
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
@@ -32,7 +35,54 @@ pub struct Record {
     pub channel: String,
     pub usage: Usage,
     pub cost: Micros,
+    /// The cost was counted by the gateway (the upstream reported no usage).
+    pub estimated: bool,
+    /// Cost reported beyond the reservation: recorded, never charged.
+    pub overrun: Micros,
     pub stream: bool,
+}
+
+/// What a handler answers. The proxy writes it.
+pub enum Answer {
+    /// A complete response.
+    Full {
+        status: u16,
+        content_type: String,
+        body: Bytes,
+    },
+    /// A response written as it is produced (a stream, audio, a WebSocket session).
+    Live(Box<dyn LiveAnswer>),
+    /// The handler already wrote its response.
+    Sent,
+}
+
+impl Answer {
+    pub fn json(status: u16, body: Vec<u8>) -> Answer {
+        Answer::Full {
+            status,
+            content_type: "application/json".into(),
+            body: Bytes::from(body),
+        }
+    }
+
+    /// Writes the answer to the client.
+    pub async fn send(self, gw: &Gateway, session: &mut Session, ctx: &mut Ctx) {
+        match self {
+            Answer::Full {
+                status,
+                content_type,
+                body,
+            } => respond(session, ctx, status, &content_type, body).await,
+            Answer::Live(live) => live.send(gw, session, ctx).await,
+            Answer::Sent => {}
+        }
+    }
+}
+
+/// An answer that writes itself to the client as it goes.
+#[async_trait]
+pub trait LiveAnswer: Send {
+    async fn send(self: Box<Self>, gw: &Gateway, session: &mut Session, ctx: &mut Ctx);
 }
 
 impl Ctx {
@@ -68,6 +118,8 @@ impl Ctx {
             completion_tokens: rec.usage.output_tokens,
             cached_tokens: rec.usage.cached_input_tokens,
             cost: rec.cost,
+            estimated: rec.estimated,
+            overrun: rec.overrun,
             status,
             latency_ms: self.started.elapsed().as_millis() as u64,
             stream: rec.stream,

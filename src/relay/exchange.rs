@@ -1,0 +1,301 @@
+//! The metered exchange, one mechanism for every endpoint that spends money:
+//!
+//! reserve the worst case → lower the output limit to what the grant pays for → try the
+//! model's channels in order (the next one only while nothing was sent upstream) →
+//! deliver the answer (whole, or streamed as it arrives) → settle exactly once.
+//!
+//! One charge policy: a charge never exceeds its reservation. Usage an upstream reports
+//! beyond the grant is recorded as an overrun, not charged; an answer without a usage
+//! report is charged from what the gateway counted ([`super::meter::Cost`]). Chat,
+//! messages, generate-content and responses ([`super::tokens`]) and the media endpoints
+//! ([`super::media`]) run through [`run`]; realtime blocks and video tasks hold their
+//! money with [`hold`] and settle with [`settle`].
+
+use super::meter::{Bounds, Call, Cost, Delivery, Meter, Request};
+use super::upstream::{Exchange, OpenError, Outgoing};
+use super::ERROR_BODY_LIMIT;
+use crate::billing::ReservationGuard;
+use crate::channels::Channel;
+use crate::errors::{GatewayError, UpstreamFailure};
+use crate::gateway::Gateway;
+use crate::request::{response_header, Answer, Ctx, LiveAnswer};
+use async_trait::async_trait;
+use bytes::Bytes;
+use pingora::proxy::Session;
+use std::sync::Arc;
+
+/// Holds the worst case of one request (or one realtime block, or one video task) on
+/// the caller's key; the guard releases it whichever way the request ends.
+pub async fn hold(
+    gw: &Gateway,
+    key_id: &str,
+    reservation_id: &str,
+    bounds: Bounds,
+) -> Result<ReservationGuard, GatewayError> {
+    let reservation = gw
+        .store
+        .reserve(
+            key_id,
+            reservation_id,
+            bounds.min,
+            bounds.max,
+            crate::ids::now_secs(),
+            gw.config.limits.reservation_ttl_secs,
+        )
+        .await
+        .map_err(|e| crate::api::store_error(&e))??;
+    Ok(ReservationGuard::new(gw.store.clone(), reservation))
+}
+
+/// Runs one metered exchange for the authenticated caller in `ctx`.
+pub async fn run<R: Request>(
+    gw: &Gateway,
+    ctx: &mut Ctx,
+    client_headers: &http::HeaderMap,
+    candidates: &[Arc<Channel>],
+    mut request: R,
+) -> Result<Answer, GatewayError> {
+    let key_id = ctx
+        .key
+        .as_ref()
+        .map(|k| k.rec.id.clone())
+        .ok_or(GatewayError::Internal)?;
+    let mut guard = hold(gw, &key_id, &ctx.request_id, request.bounds()).await?;
+    request.grant(guard.amount());
+    let ex = match first_answer(gw, ctx, client_headers, candidates, |c, last| {
+        request.call(c, last)
+    })
+    .await
+    {
+        Ok(ex) => ex,
+        Err(e) => {
+            // Nothing reached the client: nothing is charged.
+            guard.settle(0).await;
+            return Err(e);
+        }
+    };
+    let meter = request.meter(&ctx.request_id);
+    deliver(gw, ctx, ex, meter, guard).await
+}
+
+/// Sends the request to the first channel that takes it and returns its 2xx answer
+/// (header read, body not yet). A channel is skipped only when nothing was sent to it:
+/// the gateway never retries for the caller once an upstream may have acted (spec 7.3).
+pub async fn first_answer(
+    gw: &Gateway,
+    ctx: &mut Ctx,
+    client_headers: &http::HeaderMap,
+    candidates: &[Arc<Channel>],
+    mut call: impl FnMut(&Channel, bool) -> Result<Call, GatewayError>,
+) -> Result<Exchange, GatewayError> {
+    let last = candidates.len().saturating_sub(1);
+    let mut failure = GatewayError::Upstream(UpstreamFailure::Connect);
+    for (i, channel) in candidates.iter().enumerate() {
+        let c = call(channel, i == last)?;
+        let out = Outgoing {
+            method: c.method,
+            path: &c.path,
+            body: c.body,
+            content_type: &c.content_type,
+            stream: c.stream,
+            client_headers,
+        };
+        ctx.record_mut().channel = channel.name.clone();
+        match Exchange::open(gw, channel.clone(), &out).await {
+            Ok(ex) if (200..300).contains(&ex.status()) => return Ok(ex),
+            Ok(ex) => return Err(refused(gw, ctx, ex).await),
+            Err(OpenError::NotSent(e)) => failure = e,
+            Err(OpenError::Sent(e)) => return Err(e),
+        }
+    }
+    Err(failure)
+}
+
+/// An upstream's non-2xx answer: its text goes to the operator's log, the client gets
+/// the status and a stable message (spec 7.2).
+pub(crate) async fn refused(gw: &Gateway, ctx: &Ctx, mut ex: Exchange) -> GatewayError {
+    let status = ex.status();
+    let body = ex.body(ERROR_BODY_LIMIT).await.unwrap_or_default();
+    tracing::warn!(
+        request_id = %ctx.request_id, channel = %ex.channel.name, status,
+        body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
+        "upstream error"
+    );
+    ex.finish(gw).await;
+    GatewayError::Upstream(UpstreamFailure::Status(status))
+}
+
+async fn deliver<M: Meter + 'static>(
+    gw: &Gateway,
+    ctx: &mut Ctx,
+    mut ex: Exchange,
+    mut meter: M,
+    mut guard: ReservationGuard,
+) -> Result<Answer, GatewayError> {
+    let upstream_type = ex.content_type().to_string();
+    let whole = match meter.delivery(&upstream_type) {
+        Ok(Delivery::Whole) => {
+            match ex.body(gw.config.limits.max_response_bytes).await {
+                Ok(body) => {
+                    ex.finish(gw).await;
+                    meter.whole(body, &upstream_type)
+                }
+                Err(e) => {
+                    ex.finish(gw).await;
+                    Err(e)
+                }
+            }
+        }
+        Ok(Delivery::Stream {
+            content_type,
+            framed,
+        }) => {
+            return Ok(Answer::Live(Box::new(Streaming {
+                ex,
+                meter,
+                guard,
+                content_type,
+                framed,
+            })));
+        }
+        Err(e) => {
+            ex.finish(gw).await;
+            Err(e)
+        }
+    };
+    match whole {
+        Ok((body, content_type)) => {
+            // Settled before the answer leaves: a caller who reads its balance next sees it.
+            settle(ctx, &mut guard, meter.cost(), 200).await;
+            Ok(Answer::Full {
+                status: 200,
+                content_type,
+                body,
+            })
+        }
+        Err(e) => {
+            guard.settle(0).await;
+            Err(e)
+        }
+    }
+}
+
+/// Settles `cost` (never more than was reserved; the rest is recorded as an overrun)
+/// together with the request's usage record, in one store step.
+pub async fn settle(ctx: &mut Ctx, guard: &mut ReservationGuard, cost: Cost, status: u16) {
+    let reserved = guard.amount();
+    let charged = cost.micros.clamp(0, reserved);
+    let overrun = cost.micros.max(0) - charged;
+    if overrun > 0 {
+        tracing::warn!(
+            request_id = %ctx.request_id, cost = cost.micros, reserved,
+            "the answer cost more than its reservation; the overrun is recorded, not charged"
+        );
+    }
+    let rec = ctx.record_mut();
+    rec.usage = cost.usage;
+    rec.cost = charged;
+    rec.estimated = cost.estimated;
+    rec.overrun = overrun;
+    match ctx.take_usage_record(status) {
+        Some(u) => guard.settle_logged(charged, u).await,
+        None => guard.settle(charged).await,
+    };
+}
+
+/// What the charge would be if the request ended now (the guard charges it if dropped).
+fn charge_so_far(guard: &ReservationGuard, cost: Cost) -> crate::store::Micros {
+    cost.micros.clamp(0, guard.amount())
+}
+
+/// A streamed answer: each upstream read goes through the meter and out to the client at
+/// once. If the client leaves, the upstream is still read to its end (without writing),
+/// so the key is billed from the upstream's own usage report for what it produced.
+struct Streaming<M> {
+    ex: Exchange,
+    meter: M,
+    guard: ReservationGuard,
+    content_type: String,
+    framed: bool,
+}
+
+#[async_trait]
+impl<M: Meter + 'static> LiveAnswer for Streaming<M> {
+    async fn send(self: Box<Self>, gw: &Gateway, session: &mut Session, ctx: &mut Ctx) {
+        let Streaming {
+            mut ex,
+            mut meter,
+            mut guard,
+            content_type,
+            framed,
+        } = *self;
+        ctx.status = 200;
+        let mut client_ok = match response_header(ctx, 200, &content_type, None) {
+            Some(h) => session
+                .write_response_header(Box::new(h), false)
+                .await
+                .is_ok(),
+            None => false,
+        };
+        let mut out = Vec::with_capacity(8 * 1024);
+        let cut = gw.cut.wait();
+        tokio::pin!(cut);
+        let broke: Option<String> = loop {
+            let next = tokio::select! {
+                next = ex.chunk() => next,
+                () = &mut cut => break Some(format!(
+                    "The gateway is shutting down; the response was cut short. (request id: {})",
+                    ctx.request_id
+                )),
+            };
+            match next {
+                Ok(Some(chunk)) => {
+                    meter.feed(&chunk, &mut out);
+                    guard.set_charge_on_drop(charge_so_far(&guard, meter.cost()));
+                    if !out.is_empty() && client_ok {
+                        client_ok = write(session, Bytes::from(std::mem::take(&mut out))).await;
+                        if !client_ok {
+                            tracing::info!(request_id = %ctx.request_id, "client left mid-stream; draining upstream for usage");
+                        }
+                    }
+                    out.clear();
+                }
+                Ok(None) => break None,
+                Err(e) => break Some(e.full_message(&ctx.request_id)),
+            }
+        };
+        meter.finish(broke.as_deref(), &mut out);
+        if broke.is_some() {
+            // The client saw a 200 header, then an error event (or a cut body): the log
+            // says it failed.
+            ctx.status = 500;
+            if !framed {
+                session.set_keepalive(None);
+                client_ok = false;
+            }
+        }
+        // Settled before the stream's last bytes: a caller who reads its balance next sees it.
+        settle(ctx, &mut guard, meter.cost(), ctx.status).await;
+        if client_ok {
+            if !out.is_empty() {
+                client_ok = write(session, Bytes::from(out)).await;
+            }
+            if client_ok {
+                if let Err(e) = session.write_response_body(None, true).await {
+                    tracing::debug!(error = %e, "client gone at end of stream");
+                }
+            }
+        }
+        ex.finish(gw).await;
+    }
+}
+
+async fn write(session: &mut Session, piece: Bytes) -> bool {
+    match session.write_response_body(Some(piece), false).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!(error = %e, "client write failed");
+            false
+        }
+    }
+}
