@@ -3,8 +3,8 @@
 
 use crate::auth::KeyCache;
 use crate::channels::Router;
-use crate::lifecycle::Cut;
 use crate::config::{Config, StoreConfig};
+use crate::lifecycle::Cut;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::redis::RedisStore;
 use crate::store::{Store, StoreError};

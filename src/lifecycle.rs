@@ -40,7 +40,10 @@ impl Cut {
         if shutdown.wait_for(|s| *s).await.is_err() {
             return;
         }
-        tracing::info!(grace_secs = grace.as_secs(), "stopping: requests in flight may finish");
+        tracing::info!(
+            grace_secs = grace.as_secs(),
+            "stopping: requests in flight may finish"
+        );
         tokio::time::sleep(grace).await;
         tracing::info!("stopping: grace period over; cutting the streams still running");
         self.now();

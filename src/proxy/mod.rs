@@ -12,19 +12,18 @@
 //! 5. `logging`: appends the usage record of an authenticated request, unless the relay
 //!    already wrote it together with the request's settlement.
 
-
 use crate::api::local;
 use crate::auth::{self, client_ip};
 use crate::errors::GatewayError;
 use crate::gateway::Gateway;
 use crate::realtime;
 use crate::relay;
+use crate::request::{respond_error, Answer, Ctx};
+use crate::route::{self, Route};
 use crate::video;
 use async_trait::async_trait;
-use crate::request::{respond_error, Answer, Ctx};
 use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
-use crate::route::{self, Route};
 use std::sync::Arc;
 
 /// What `request_filter` did with the request.

@@ -134,18 +134,16 @@ async fn deliver<M: Meter + 'static>(
 ) -> Result<Answer, GatewayError> {
     let upstream_type = ex.content_type().to_string();
     let whole = match meter.delivery(&upstream_type) {
-        Ok(Delivery::Whole) => {
-            match ex.body(gw.config.limits.max_response_bytes).await {
-                Ok(body) => {
-                    ex.finish(gw).await;
-                    meter.whole(body, &upstream_type)
-                }
-                Err(e) => {
-                    ex.finish(gw).await;
-                    Err(e)
-                }
+        Ok(Delivery::Whole) => match ex.body(gw.config.limits.max_response_bytes).await {
+            Ok(body) => {
+                ex.finish(gw).await;
+                meter.whole(body, &upstream_type)
             }
-        }
+            Err(e) => {
+                ex.finish(gw).await;
+                Err(e)
+            }
+        },
         Ok(Delivery::Stream {
             content_type,
             framed,

@@ -190,10 +190,9 @@ fn actual(price: &Price, plan: &Plan, answer: &[u8], worst: Micros) -> Cost {
             // The images delivered, counted: exact.
             Cost::exact(Usage::default(), each.saturating_mul(got.images as Micros))
         }
-        Charge::Speech { chars } => Cost::exact(
-            Usage::default(),
-            price.chars(*chars).unwrap_or(worst),
-        ),
+        Charge::Speech { chars } => {
+            Cost::exact(Usage::default(), price.chars(*chars).unwrap_or(worst))
+        }
         Charge::Audio { format, file } => {
             if let (true, Some(u)) = (price.per_token(), audio::token_usage(answer)) {
                 return Cost::exact(u, price.cost(&u));
@@ -382,4 +381,3 @@ fn client_model(answer: Bytes, content_type: &str, model: &str) -> Bytes {
         _ => answer,
     }
 }
-

@@ -379,11 +379,16 @@ mod tests {
             path_stream: false,
             compact: false,
         };
-        let raw = br#"{"model":"m","n":4,"max_tokens":100,"messages":[{"role":"user","content":"x"}]}"#;
+        let raw =
+            br#"{"model":"m","n":4,"max_tokens":100,"messages":[{"role":"user","content":"x"}]}"#;
         let body = Body::parse(Protocol::Chat, raw).unwrap();
         let mut r = TokenRequest::new(&route, "m".into(), false, false, raw, body, price());
         let b = r.bounds();
-        assert_eq!(b.max - r.input, 4 * 100 * 2, "four answers of 100 tokens at 2 each");
+        assert_eq!(
+            b.max - r.input,
+            4 * 100 * 2,
+            "four answers of 100 tokens at 2 each"
+        );
         r.grant(r.input + 4 * 50 * 2);
         assert_eq!(r.cap, 50, "the grant pays for 50 tokens per answer");
         r.grant(b.max);

@@ -89,7 +89,10 @@ mod tests {
     #[test]
     fn each_reference_is_found() {
         let cases = [
-            (r#"{"previous_response_id":"resp_1","input":"x"}"#, "previous_response_id"),
+            (
+                r#"{"previous_response_id":"resp_1","input":"x"}"#,
+                "previous_response_id",
+            ),
             (
                 r#"{"messages":[{"role":"user","content":[{"type":"file","file":{"file_id":"f"}}]}]}"#,
                 "file_id",
@@ -98,7 +101,10 @@ mod tests {
                 r#"{"contents":[{"parts":[{"fileData":{"fileUri":"gs://x"}}]}]}"#,
                 "fileUri",
             ),
-            (r#"{"cachedContent":"cachedContents/1","contents":[]}"#, "cachedContent"),
+            (
+                r#"{"cachedContent":"cachedContents/1","contents":[]}"#,
+                "cachedContent",
+            ),
             (
                 r#"{"messages":[{"role":"user","content":[{"type":"document","source":{"type":"url","url":"https://x"}}]}]}"#,
                 "source.url",

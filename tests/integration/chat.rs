@@ -204,7 +204,10 @@ async fn a_one_mebibyte_body_reaches_the_upstream_intact() {
     // paid for (always written, here the price's maximum, after the client's members).
     body["model"] = json!("gpt-4o-2024-08-06");
     let limit = seen.json()["max_completion_tokens"].as_u64();
-    assert!(limit.is_some_and(|n| n > 0), "the upstream is told the output limit");
+    assert!(
+        limit.is_some_and(|n| n > 0),
+        "the upstream is told the output limit"
+    );
     body["max_completion_tokens"] = json!(limit);
     assert_eq!(seen.json(), body);
     assert_eq!(

@@ -16,6 +16,7 @@ mod video_upstream;
 
 mod auth;
 mod chat;
+mod lifecycle;
 mod local;
 mod media;
 mod protocols;

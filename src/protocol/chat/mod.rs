@@ -419,7 +419,8 @@ mod tests {
                     compact: false,
                 };
                 let parsed = passthrough_request(serde_json::from_str(b).unwrap(), &opts);
-                let shallow = passthrough_shallow(&Shallow::parse(b.as_bytes()).unwrap(), &opts, &[]);
+                let shallow =
+                    passthrough_shallow(&Shallow::parse(b.as_bytes()).unwrap(), &opts, &[]);
                 // The same JSON, members in the same order; the shallow body keeps the
                 // client's own spelling of the values it did not change.
                 let as_text = |body: &[u8]| {
