@@ -163,6 +163,7 @@ fn main() {
                 upstream_model: "upstream-model",
                 stream: false,
                 default_max_tokens: 4096,
+                chat_limit_field: "max_completion_tokens",
                 compact: false,
             };
             let run = || {

@@ -24,7 +24,7 @@ use crate::request::{Answer, Ctx};
 use crate::route::Relay;
 use pingora::proxy::Session;
 use serde_json::Value;
-use tokens::{Body, TokenRequest};
+use tokens::{Asked, Body, TokenRequest};
 
 /// Largest upstream error body read (for the operator's log only).
 pub(crate) const ERROR_BODY_LIMIT: usize = 64 * 1024;
@@ -81,15 +81,12 @@ pub async fn handle(
         .ok_or_else(|| GatewayError::ModelNotPriced(model.clone()))?
         .clone();
     unmeasured::check(&raw, key.rec.quota_limit.is_some())?;
-    let request = TokenRequest::new(
-        route,
+    let asked = Asked {
         model,
         stream,
-        client_sse(session),
-        &raw,
-        parsed,
-        price,
-    );
+        client_sse: client_sse(session),
+    };
+    let request = TokenRequest::new(route, asked, &raw, parsed, price);
     let headers = session.req_header().headers.clone();
     exchange::run(gw, ctx, &headers, &candidates, request).await
 }

@@ -62,6 +62,14 @@ impl<'a> Body<'a> {
     }
 }
 
+/// What the client asked for, read from the path and the body.
+pub struct Asked {
+    pub model: String,
+    pub stream: bool,
+    /// Generate-content `alt=sse`.
+    pub client_sse: bool,
+}
+
 /// One token-billed request on its way upstream.
 pub struct TokenRequest<'a> {
     client: Protocol,
@@ -86,16 +94,18 @@ pub struct TokenRequest<'a> {
 }
 
 impl<'a> TokenRequest<'a> {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         route: &Relay,
-        model: String,
-        stream: bool,
-        client_sse: bool,
+        asked: Asked,
         raw: &'a [u8],
         body: Body<'a>,
         price: Price,
     ) -> TokenRequest<'a> {
+        let Asked {
+            model,
+            stream,
+            client_sse,
+        } = asked;
         let sizing = body.sizing();
         let requested = output_limit::requested(route.protocol, &sizing);
         let output_tokens = requested.unwrap_or(price.max_output_tokens).max(1);
@@ -382,7 +392,12 @@ mod tests {
         let raw =
             br#"{"model":"m","n":4,"max_tokens":100,"messages":[{"role":"user","content":"x"}]}"#;
         let body = Body::parse(Protocol::Chat, raw).unwrap();
-        let mut r = TokenRequest::new(&route, "m".into(), false, false, raw, body, price());
+        let asked = Asked {
+            model: "m".into(),
+            stream: false,
+            client_sse: false,
+        };
+        let mut r = TokenRequest::new(&route, asked, raw, body, price());
         let b = r.bounds();
         assert_eq!(
             b.max - r.input,
