@@ -3,6 +3,8 @@
 
 #[path = "../support/gateway.rs"]
 mod gateway;
+#[path = "../support/greedy_upstream.rs"]
+mod greedy_upstream;
 #[path = "../support/media_upstream.rs"]
 mod media_upstream;
 #[path = "../support/mock_upstream.rs"]
