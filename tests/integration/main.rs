@@ -17,6 +17,8 @@ mod redis_server;
 mod video_upstream;
 
 mod auth;
+mod cap;
+mod cap_streams;
 mod chat;
 mod local;
 mod media;
