@@ -3,6 +3,8 @@
 
 #[path = "../support/gateway.rs"]
 mod gateway;
+#[path = "../support/greedy_upstream.rs"]
+mod greedy_upstream;
 #[path = "../support/media_upstream.rs"]
 mod media_upstream;
 #[path = "../support/mock_upstream.rs"]
@@ -15,6 +17,8 @@ mod redis_server;
 mod video_upstream;
 
 mod auth;
+mod cap;
+mod cap_streams;
 mod chat;
 mod lifecycle;
 mod local;
