@@ -18,6 +18,7 @@ mod video_upstream;
 
 mod auth;
 mod cap;
+mod cap_property;
 mod cap_streams;
 mod chat;
 mod lifecycle;
