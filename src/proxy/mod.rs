@@ -154,9 +154,7 @@ async fn dispatch(
         }
         Route::Realtime => {
             ctx.record_mut().endpoint = path.to_string();
-            realtime::relay(gw, session, ctx, &key, query)
-                .await
-                .map(|()| Answer::Sent)
+            realtime::relay(gw, session, ctx, &key, query).await
         }
         Route::Video(v) => video::service::handle(gw, session, ctx, v, query)
             .await

@@ -6,6 +6,7 @@ use super::billing::{self, Meter, Refusal};
 use super::frames::{self, Collect, Fed, FrameReader};
 use crate::channels::Channel;
 use crate::ids;
+use crate::lifecycle::Cut;
 use bytes::Bytes;
 use pingora::protocols::http::client::HttpSession;
 use pingora::proxy::Session;
@@ -49,6 +50,8 @@ pub enum End {
     Refused(Refusal),
     /// The upstream's bytes are not WebSocket frames the gateway can read to bill.
     Unreadable,
+    /// The gateway is stopping and the grace period is over.
+    Stopping,
 }
 
 impl Link {
@@ -125,6 +128,7 @@ impl Link {
             End::ClientLeft | End::Unreadable => return None,
             End::Refused(why) => why.close(),
             End::Idle => (1001, "idle timeout"),
+            End::Stopping => (1001, "gateway stopping"),
             End::UpstreamLeft => (1011, "upstream connection lost"),
         };
         (!self.upstream.closed() && self.upstream.at_boundary())
@@ -135,7 +139,7 @@ impl Link {
     fn close_for_upstream(&self, end: End) -> Option<Vec<u8>> {
         let code = match end {
             End::UpstreamLeft => return None,
-            End::ClientLeft | End::Idle => 1001,
+            End::ClientLeft | End::Idle | End::Stopping => 1001,
             End::Refused(_) => 1000,
             End::Unreadable => 1002,
         };
@@ -158,9 +162,17 @@ fn timed_out(e: &pingora::Error) -> bool {
 /// after a `response.done` is always answered before the client's next bytes move.
 /// Both reads are cancel-safe (a read not chosen has consumed nothing), and each is
 /// started afresh every turn, so the read timeout measures silence both ways.
-pub async fn pump(session: &mut Session, http: &mut HttpSession, link: &mut Link) -> End {
+pub async fn pump(
+    session: &mut Session,
+    http: &mut HttpSession,
+    link: &mut Link,
+    cut: &Cut,
+) -> End {
+    let stopping = cut.wait();
+    tokio::pin!(stopping);
     loop {
         tokio::select! {
+            () = &mut stopping => return End::Stopping,
             r = session.read_request_body() => match r {
                 Ok(Some(data)) => {
                     link.client_bytes(&data);

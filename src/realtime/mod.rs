@@ -78,28 +78,35 @@ use crate::gateway::Gateway;
 use crate::ids;
 use crate::protocol::Invalid;
 use crate::relay::ERROR_BODY_LIMIT;
-use crate::request::Ctx;
+use crate::request::{Answer, Ctx, LiveAnswer};
+use async_trait::async_trait;
 use billing::{Account, Meter};
+use pingora::http::ResponseHeader;
+use pingora::protocols::http::client::HttpSession;
 use pingora::proxy::Session;
 use pingora::{Error, ErrorType};
 use std::sync::Arc;
 
-/// `request_filter` for `GET /v1/realtime`: the whole session, from the checks to the
-/// settlement. An `Err` is answered by the caller (nothing was sent to the client yet);
-/// once the `101` is sent every outcome is `Ok`.
+/// `request_filter` for `GET /v1/realtime`: the checks, the first block's reservation
+/// and the upstream's upgrade. An `Err` is answered by the caller (nothing was sent to
+/// the client yet, and the reservation is released); the session itself is the
+/// [`Answer::Live`] the proxy then runs.
 pub async fn relay(
     gw: &Gateway,
     session: &mut Session,
     ctx: &mut Ctx,
     key: &Arc<AuthKey>,
     query: Option<&str>,
-) -> Result<(), GatewayError> {
+) -> Result<Answer, GatewayError> {
     let mut link = begin(gw, session, ctx, key, query).await?;
-    let result = connect_and_run(gw, session, ctx, &mut link, query).await;
-    // Every path that returns settles; this catches the ones that failed before the
-    // upgrade (nothing was used: the reservation is released).
-    settle(ctx, &mut link).await;
-    result
+    match connect(gw, session, ctx, &link, query).await {
+        Ok((http, switch)) => Ok(Answer::Live(Box::new(Upgraded { link, http, switch }))),
+        Err(e) => {
+            // Nothing was used: the reservation is released.
+            settle(ctx, &mut link).await;
+            Err(e)
+        }
+    }
 }
 
 /// Checks the handshake and the model, and reserves the first block.
@@ -167,13 +174,14 @@ async fn begin(
     Ok(Link::new(model, channel, Meter::new(price, first, account)))
 }
 
-async fn connect_and_run(
+/// Opens the upstream WebSocket; returns it with the client's `101`.
+async fn connect(
     gw: &Gateway,
-    session: &mut Session,
-    ctx: &mut Ctx,
-    link: &mut Link,
+    session: &Session,
+    ctx: &Ctx,
+    link: &Link,
     query: Option<&str>,
-) -> Result<(), GatewayError> {
+) -> Result<(HttpSession, Box<ResponseHeader>), GatewayError> {
     let channel = link.channel.clone();
     let path = handshake::upstream_path(
         &channel.path_prefix,
@@ -206,27 +214,46 @@ async fn connect_and_run(
         Some(up) => handshake::client_switch(up, &ctx.request_id),
         None => Error::e_explain(ErrorType::InternalError, "upgraded without a header"),
     };
-    let switch = match switch {
-        Ok(s) => s,
+    match switch {
+        Ok(s) => Ok((http, Box::new(s))),
         Err(e) => {
             tracing::error!(channel = %channel.name, error = %e, "cannot build the client's 101");
             http.shutdown().await;
-            return Err(GatewayError::Internal);
+            Err(GatewayError::Internal)
         }
-    };
-    if let Err(e) = session.write_response_header(Box::new(switch), false).await {
-        tracing::debug!(error = %e, "realtime client gone before the 101");
-        http.shutdown().await;
-        return Ok(());
     }
-    ctx.status = 101;
-    let end = link::pump(session, &mut http, link).await;
-    let (down, up) = link.frames();
-    tracing::debug!(request_id = %ctx.request_id, ?end, down, up, "realtime session ended");
-    // Settled before either side is closed: the client that sees the end sees the spend.
-    settle(ctx, link).await;
-    link::close(session, http, link, end).await;
-    Ok(())
+}
+
+/// An upgraded session: the client's `101`, then frames both ways until either side
+/// ends, then the settlement.
+struct Upgraded {
+    link: Link,
+    http: HttpSession,
+    switch: Box<ResponseHeader>,
+}
+
+#[async_trait]
+impl LiveAnswer for Upgraded {
+    async fn send(self: Box<Self>, gw: &Gateway, session: &mut Session, ctx: &mut Ctx) {
+        let Upgraded {
+            mut link,
+            mut http,
+            switch,
+        } = *self;
+        if let Err(e) = session.write_response_header(switch, false).await {
+            tracing::debug!(error = %e, "realtime client gone before the 101");
+            http.shutdown().await;
+            settle(ctx, &mut link).await;
+            return;
+        }
+        ctx.status = 101;
+        let end = link::pump(session, &mut http, &mut link, &gw.cut).await;
+        let (down, up) = link.frames();
+        tracing::debug!(request_id = %ctx.request_id, ?end, down, up, "realtime session ended");
+        // Settled before either side is closed: the client that sees the end sees the spend.
+        settle(ctx, &mut link).await;
+        link::close(session, http, &mut link, end).await;
+    }
 }
 
 /// Settles what the session consumed and fills its usage record. Once settled, a

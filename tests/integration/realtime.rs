@@ -614,3 +614,41 @@ async fn a_silent_session_is_closed_at_the_channels_read_timeout() {
     let seen = bounded(up.next_ended()).await;
     assert_eq!(seen.closes, [1001], "the upstream was told too");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_closes_a_running_session_after_the_grace_period_and_settles_it() {
+    let mut up = mock_upstream(Answer::Upgrade(TOKENS)).await;
+    let config = format!(
+        "limits: {{ shutdown_grace_secs: 1 }}\n{}",
+        gateway_config(&up.base)
+    );
+    let gw = TestGateway::start(&config, StoreKind::Embedded).await;
+    let (key, id) = gw.create_key(json!({"quota_usd": 1})).await;
+    bounded(async {
+        let protocols = format!("realtime, openai-insecure-api-key.{key}");
+        let (mut sock, head) = connect(&gw, "gpt-realtime", &protocols).await;
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        read_until(&mut sock, "session.created").await;
+        ask(&mut sock, 0).await;
+        read_until(&mut sock, "response.done").await;
+        let stopped = std::time::Instant::now();
+        gw.running.shutdown();
+        // The session stays open through the grace period, then is closed as going away.
+        expect_close(&mut sock, 1001, "gateway stopping").await;
+        assert!(stopped.elapsed() >= Duration::from_millis(900));
+        answer_close_and_see_the_end(&mut sock, 1001).await;
+        let seen = up.next_ended().await;
+        assert_eq!(
+            seen.closes,
+            [1001],
+            "the upstream is told the gateway went away"
+        );
+    })
+    .await;
+    let store = gw.running.gateway.store.clone();
+    let used = store.get_key(&id).await.unwrap().unwrap().quota_used;
+    assert_eq!(
+        used, RESPONSE_COST,
+        "the session is settled for what it used"
+    );
+}
