@@ -143,6 +143,8 @@ fn usage(key_id: &str, request_id: &str) -> UsageRecord {
         status: 200,
         latency_ms: 1,
         stream: false,
+        estimated: false,
+        overrun: 0,
     }
 }
 
@@ -167,14 +169,7 @@ fn store_rows(
         let (store, key_id, rid) = (store.clone(), key_id.to_string(), next());
         async move {
             let r = store
-                .reserve(
-                    &key_id,
-                    &rid,
-                    0,
-                    10_000,
-                    model_gateway::ids::now_secs(),
-                    3600,
-                )
+                .reserve(&key_id, &rid, 0, 10_000, 3600)
                 .await
                 .expect("store answers")
                 .expect("quota is ample");

@@ -71,6 +71,8 @@ impl Ctx {
             status,
             latency_ms: self.started.elapsed().as_millis() as u64,
             stream: rec.stream,
+            estimated: false,
+            overrun: 0,
         })
     }
 }

@@ -186,19 +186,12 @@ pub(crate) async fn reserve(
     min: Micros,
     max: Micros,
 ) -> Result<ReservationGuard, GatewayError> {
-    let reservation = gw
-        .store
-        .reserve(
-            key_id,
-            request_id,
-            min,
-            max,
-            ids::now_secs(),
-            gw.config.limits.reservation_ttl_secs,
-        )
-        .await
-        .map_err(|e| crate::api::store_error(&e))??;
-    Ok(ReservationGuard::new(gw.store.clone(), reservation))
+    let ttl = gw.config.limits.reservation_ttl_secs;
+    Ok(
+        crate::billing::reserve(&gw.store, key_id, request_id, min, max, ttl)
+            .await
+            .map_err(|e| crate::api::store_error(&e))??,
+    )
 }
 
 /// Settles the request's reservation and writes its usage record (from `ctx.record`, with

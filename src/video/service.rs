@@ -218,19 +218,10 @@ async fn submit(
     );
     let now = ids::now_secs();
     let timeout = v.task_timeout.as_secs();
-    let reservation = gw
-        .store
-        .reserve(
-            &key.rec.id,
-            &id,
-            worst,
-            worst,
-            now,
-            timeout + RESERVATION_MARGIN_SECS,
-        )
+    let ttl = timeout + RESERVATION_MARGIN_SECS;
+    let mut guard = crate::billing::reserve(&gw.store, &key.rec.id, &id, worst, worst, ttl)
         .await
         .map_err(|e| store_error(&e))??;
-    let mut guard = crate::billing::ReservationGuard::new(gw.store.clone(), reservation);
 
     let no_headers = http::HeaderMap::new();
     let mut failure = GatewayError::Upstream(UpstreamFailure::Connect);
@@ -643,6 +634,8 @@ async fn finish(gw: &Gateway, t: TaskRecord) -> TaskRecord {
         },
         latency_ms: (now_ms - t.created_at * 1000).max(0) as u64,
         stream: false,
+        estimated: false,
+        overrun: 0,
     };
     match gw.store.finish_task(&t, &usage).await {
         Ok(true) => {
