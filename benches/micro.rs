@@ -169,14 +169,7 @@ fn store_rows(
         let (store, key_id, rid) = (store.clone(), key_id.to_string(), next());
         async move {
             let r = store
-                .reserve(
-                    &key_id,
-                    &rid,
-                    0,
-                    10_000,
-                    model_gateway::ids::now_secs(),
-                    3600,
-                )
+                .reserve(&key_id, &rid, 0, 10_000, 3600)
                 .await
                 .expect("store answers")
                 .expect("quota is ample");

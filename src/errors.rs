@@ -87,6 +87,9 @@ impl From<crate::store::ReserveDenied> for GatewayError {
             ReserveDenied::Disabled => GatewayError::KeyDisabled,
             ReserveDenied::Expired => GatewayError::KeyExpired,
             ReserveDenied::QuotaExhausted => GatewayError::QuotaExhausted,
+            // The request's id was released after a reserve whose answer was lost: a store
+            // fault the client may retry, like the store being unreachable.
+            ReserveDenied::Released => GatewayError::StoreUnavailable,
         }
     }
 }

@@ -139,6 +139,8 @@ fn log_entry(r: &UsageRecord) -> Value {
         "cached_tokens": r.cached_tokens,
         "cost_usd": micros_to_usd(r.cost),
         "cost_micro_usd": r.cost,
+        "cost_estimated": r.estimated,
+        "overrun_micro_usd": r.overrun,
         "status": r.status,
         "latency_ms": r.latency_ms,
         "stream": r.stream,

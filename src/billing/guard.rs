@@ -1,6 +1,17 @@
-//! Settle-on-drop: a reservation is always released, whichever way a request ends.
+//! Settle-on-drop, keep-alive, and the one way to reserve: a reservation is always
+//! released, whichever way a request ends, and charged exactly once.
+//!
+//! - [`reserve`] is the entry point: it owns the reservation id until the store answers.
+//!   A call that fails (the script may have run and its reply been lost) or is cancelled
+//!   releases that id in the background, so no money stays held until its TTL.
+//! - A [`ReservationGuard`] keeps its hold alive while it exists (extends it every third
+//!   of its TTL), so the TTL only reclaims the holds of instances that died.
+//! - Its settle keeps the reservation until the store has confirmed. A settle that fails
+//!   or whose future is dropped mid-call is retried in the background with the same amount
+//!   and the same usage record; the store's settle is idempotent by reservation id, so a
+//!   retry after a lost reply charges and logs nothing twice.
 
-use crate::store::{Micros, Reservation, Store, UsageRecord};
+use crate::store::{Micros, Reservation, ReserveDenied, Store, StoreResult, UsageRecord};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,20 +27,116 @@ pub enum SettleOutcome {
     Deferred,
 }
 
-/// Owns a reservation until it is settled. Dropping it unsettled (a panic, a cancelled
-/// future, an early return) settles with the charge recorded so far, in the background.
+/// Reserves `min..=max` of the key's quota under `reservation_id` (see
+/// [`Store::reserve`]) and hands back a guard that owns the hold and keeps it alive for
+/// `ttl_secs` at a time. When the store call fails (`Unavailable` after a lost reply,
+/// or any other error) or this future is dropped before the store answered, the id is
+/// released in the background (an idempotent settle of 0, retried with back-off), so a
+/// hold the caller never learnt of is gone as soon as the store answers again; a later
+/// reserve of that id is refused with [`ReserveDenied::Released`].
+pub async fn reserve(
+    store: &Arc<dyn Store>,
+    key_id: &str,
+    reservation_id: &str,
+    min: Micros,
+    max: Micros,
+    ttl_secs: u64,
+) -> StoreResult<Result<ReservationGuard, ReserveDenied>> {
+    let mut unanswered = Unanswered {
+        store,
+        key_id,
+        reservation_id,
+        armed: true,
+    };
+    let answer = store
+        .reserve(key_id, reservation_id, min, max, ttl_secs)
+        .await;
+    match answer {
+        Ok(granted) => {
+            unanswered.armed = false;
+            Ok(granted.map(|r| ReservationGuard::new(store.clone(), r, ttl_secs)))
+        }
+        Err(e) => {
+            tracing::warn!(reservation = %reservation_id, error = %e,
+                "reserve failed; releasing the id in the background");
+            // `unanswered` releases it as it drops.
+            Err(e)
+        }
+    }
+}
+
+/// A reserve the store has not answered yet: dropped armed, it releases the id.
+struct Unanswered<'a> {
+    store: &'a Arc<dyn Store>,
+    key_id: &'a str,
+    reservation_id: &'a str,
+    armed: bool,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let release = Reservation {
+                id: self.reservation_id.to_string(),
+                key_id: self.key_id.to_string(),
+                amount: 0,
+            };
+            spawn_retry(self.store.clone(), release, 0, None, None);
+        }
+    }
+}
+
+/// Owns a reservation until the store has confirmed its settle. Dropping it unsettled (a
+/// panic, a cancelled future, an early return) settles in the background: with the
+/// amount and record of a settle that was in flight, else with the charge recorded so far.
 pub struct ReservationGuard {
     store: Arc<dyn Store>,
     reservation: Option<Reservation>,
     charge_on_drop: Micros,
+    /// The settle being awaited: what a cancelled call leaves for `Drop` to retry.
+    in_flight: Option<(Micros, Option<UsageRecord>)>,
+    keep_alive: Option<KeepAlive>,
+}
+
+/// The task that extends a hold while its guard (or the guard's settle retry) lives.
+struct KeepAlive(tokio::task::JoinHandle<()>);
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl KeepAlive {
+    /// Extends `r` by `ttl_secs` every third of it, until dropped. `None` outside a tokio
+    /// runtime (nothing can run it there; the TTL then applies as it is).
+    fn start(store: Arc<dyn Store>, r: Reservation, ttl_secs: u64) -> Option<KeepAlive> {
+        let handle = tokio::runtime::Handle::try_current().ok()?;
+        let every = Duration::from_millis((ttl_secs.saturating_mul(1000) / 3).max(100));
+        Some(KeepAlive(handle.spawn(async move {
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = store.extend(&r, ttl_secs).await {
+                    tracing::warn!(reservation = %r.id, error = %e, "hold not extended");
+                }
+            }
+        })))
+    }
 }
 
 impl ReservationGuard {
-    pub fn new(store: Arc<dyn Store>, reservation: Reservation) -> ReservationGuard {
+    /// Takes charge of a granted reservation and keeps it alive `ttl_secs` at a time (pass
+    /// the TTL it was reserved with).
+    pub fn new(store: Arc<dyn Store>, reservation: Reservation, ttl_secs: u64) -> ReservationGuard {
+        let keep_alive = KeepAlive::start(store.clone(), reservation.clone(), ttl_secs);
         ReservationGuard {
             store,
             reservation: Some(reservation),
             charge_on_drop: 0,
+            in_flight: None,
+            keep_alive,
         }
     }
 
@@ -43,8 +150,10 @@ impl ReservationGuard {
     }
 
     /// Gives the reservation to something that outlives this request (a video task, whose
-    /// end settles it); the guard then settles nothing.
+    /// end settles it); the guard then settles and extends nothing.
     pub fn hand_over(&mut self) -> Option<Reservation> {
+        self.keep_alive = None;
+        self.in_flight = None;
         self.reservation.take()
     }
 
@@ -66,18 +175,28 @@ impl ReservationGuard {
     }
 
     async fn settle_with(&mut self, actual: Micros, usage: Option<UsageRecord>) -> SettleOutcome {
-        let Some(r) = self.reservation.take() else {
+        let Some(r) = &self.reservation else {
             return SettleOutcome::Settled;
         };
-        let done = match &usage {
-            Some(u) => self.store.settle_logged(&r, actual, u).await,
-            None => self.store.settle(&r, actual).await,
+        // Stays in the guard until the store confirms: dropped mid-call, `Drop` retries
+        // exactly this settle.
+        let (actual, usage) = self.in_flight.insert((actual, usage));
+        let done = match usage {
+            Some(u) => self.store.settle_logged(r, *actual, u).await,
+            None => self.store.settle(r, *actual).await,
         };
         match done {
-            Ok(()) => SettleOutcome::Settled,
+            Ok(()) => {
+                self.reservation = None;
+                self.in_flight = None;
+                self.keep_alive = None;
+                SettleOutcome::Settled
+            }
             Err(e) => {
+                let r = self.reservation.take().expect("held until confirmed");
+                let (actual, usage) = self.in_flight.take().expect("set above");
                 tracing::warn!(reservation = %r.id, error = %e, "settle failed; retrying in background");
-                spawn_retry(self.store.clone(), r, actual, usage);
+                spawn_retry(self.store.clone(), r, actual, usage, self.keep_alive.take());
                 SettleOutcome::Deferred
             }
         }
@@ -87,17 +206,29 @@ impl ReservationGuard {
 impl Drop for ReservationGuard {
     fn drop(&mut self) {
         if let Some(r) = self.reservation.take() {
-            spawn_retry(self.store.clone(), r, self.charge_on_drop, None);
+            let (actual, usage) = self.in_flight.take().unwrap_or((self.charge_on_drop, None));
+            spawn_retry(self.store.clone(), r, actual, usage, self.keep_alive.take());
         }
     }
 }
 
-fn spawn_retry(store: Arc<dyn Store>, r: Reservation, actual: Micros, usage: Option<UsageRecord>) {
+/// Settles `r` in the background until the store confirms (the store's settle is
+/// idempotent, so a retry after a lost reply changes nothing). The hold's keep-alive, if
+/// any, runs until then: a hold whose charge is still on its way is not given back to
+/// other requests early.
+fn spawn_retry(
+    store: Arc<dyn Store>,
+    r: Reservation,
+    actual: Micros,
+    usage: Option<UsageRecord>,
+    keep_alive: Option<KeepAlive>,
+) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::error!(reservation = %r.id, charge = actual, "no runtime to settle on; the reservation will expire");
         return;
     };
     handle.spawn(async move {
+        let _keep_alive = keep_alive;
         let started = tokio::time::Instant::now();
         let mut wait = Duration::from_millis(100);
         loop {

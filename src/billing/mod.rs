@@ -13,7 +13,7 @@
 
 mod guard;
 
-pub use guard::{ReservationGuard, SettleOutcome};
+pub use guard::{reserve, ReservationGuard, SettleOutcome};
 
 use crate::config::raw::RawPrice;
 use crate::protocol::Usage;

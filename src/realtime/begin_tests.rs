@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::config::Config;
+use crate::ids;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::{KeyRecord, KeyStatus, Micros, Store};
 use pingora::protocols::l4::stream::Stream;
@@ -99,7 +100,7 @@ impl Fixture {
         let r = self
             .gw
             .store
-            .reserve(key, "probe", amount, amount, ids::now_secs(), 60)
+            .reserve(key, &ids::request_id(), amount, amount, 60)
             .await
             .unwrap();
         match r {

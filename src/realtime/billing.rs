@@ -6,7 +6,6 @@
 //! no lock, no answer that may land later.
 
 use crate::billing::{Price, ReservationGuard, MIN_OUTPUT_TOKENS};
-use crate::ids;
 use crate::protocol::Usage;
 use crate::store::{Micros, Reservation, ReserveDenied, Store};
 use serde::Deserialize;
@@ -83,7 +82,7 @@ impl Meter {
     pub fn new(price: Price, first: Reservation, account: Account) -> Meter {
         let (floor, block) = first_block(&price);
         let reserved = first.amount;
-        let guard = ReservationGuard::new(account.store.clone(), first);
+        let guard = ReservationGuard::new(account.store.clone(), first, account.ttl_secs);
         Meter {
             price,
             block,
@@ -155,13 +154,9 @@ impl Meter {
         self.extensions += 1;
         let id = format!("{}-{}", self.account.request_id, self.extensions);
         let a = &self.account;
-        let outcome = a
-            .store
-            .reserve(&a.key_id, &id, min, max, ids::now_secs(), a.ttl_secs)
-            .await;
+        let outcome = crate::billing::reserve(&a.store, &a.key_id, &id, min, max, a.ttl_secs).await;
         match outcome {
-            Ok(Ok(r)) => {
-                let guard = ReservationGuard::new(a.store.clone(), r);
+            Ok(Ok(guard)) => {
                 self.reserved = self.reserved.saturating_add(guard.amount());
                 self.guards.push(guard);
                 self.spread_charge();
@@ -171,6 +166,8 @@ impl Meter {
             Ok(Err(ReserveDenied::Disabled | ReserveDenied::Expired | ReserveDenied::NotFound)) => {
                 Err(Refusal::KeyInactive)
             }
+            // Its id was released after a lost answer: a store fault, never a grant.
+            Ok(Err(ReserveDenied::Released)) => Err(Refusal::Store),
             Err(e) if min == 0 => {
                 // The session still holds the floor: it goes on, and asks again after
                 // its next response.

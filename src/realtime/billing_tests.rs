@@ -1,5 +1,6 @@
 use super::*;
 use crate::config::raw::RawPrice;
+use crate::ids;
 use crate::realtime::frames::Sniff;
 use crate::store::embedded::EmbeddedStore;
 use crate::store::{KeyPatch, KeyRecord, KeyStatus, Reservation};
@@ -62,7 +63,7 @@ impl Fixture {
         let (min, max) = first_block(&rt_price());
         let first = self
             .store
-            .reserve(&self.key, "req1", min, max, ids::now_secs(), 3600)
+            .reserve(&self.key, "req1", min, max, 3600)
             .await
             .unwrap()
             .unwrap();
@@ -91,7 +92,7 @@ impl Fixture {
     async fn can_reserve(&self, amount: Micros) -> bool {
         let r = self
             .store
-            .reserve(&self.key, "probe", amount, amount, ids::now_secs(), 3600)
+            .reserve(&self.key, &ids::request_id(), amount, amount, 3600)
             .await
             .unwrap();
         match r {
@@ -192,7 +193,7 @@ async fn cost_is_priced_on_the_running_total() {
     let (min, max) = first_block(&price);
     let first = f
         .store
-        .reserve(&f.key, "r", min, max, ids::now_secs(), 60)
+        .reserve(&f.key, "r", min, max, 60)
         .await
         .unwrap()
         .unwrap();
@@ -358,12 +359,14 @@ impl Store for Unreachable {
         _: &str,
         _: Micros,
         _: Micros,
-        _: i64,
         _: u64,
     ) -> crate::store::StoreResult<Result<Reservation, ReserveDenied>> {
         Err(crate::store::StoreError::Unavailable(
             "connection refused".into(),
         ))
+    }
+    async fn extend(&self, r: &Reservation, ttl_secs: u64) -> crate::store::StoreResult<()> {
+        self.0.extend(r, ttl_secs).await
     }
     async fn settle(&self, r: &Reservation, actual: Micros) -> crate::store::StoreResult<()> {
         self.0.settle(r, actual).await
@@ -399,7 +402,7 @@ async fn a_store_failure_ends_only_a_session_short_of_the_floor() {
     let (min, max) = first_block(&rt_price());
     let first = f
         .store
-        .reserve(&f.key, "req1", min, max, ids::now_secs(), 3600)
+        .reserve(&f.key, "req1", min, max, 3600)
         .await
         .unwrap()
         .unwrap();

@@ -1,6 +1,7 @@
 use super::*;
 use crate::config::Config;
 use crate::gateway::Gateway;
+use crate::ids;
 use crate::realtime::billing::{first_block, Account};
 use crate::store::embedded::EmbeddedStore;
 use crate::store::{KeyRecord, KeyStatus, Micros, Store};
@@ -65,7 +66,7 @@ impl Fixture {
         let first = self
             .gw
             .store
-            .reserve(&self.key, &request_id, min, max, ids::now_secs(), 3600)
+            .reserve(&self.key, &request_id, min, max, 3600)
             .await
             .unwrap()
             .unwrap();
@@ -93,7 +94,7 @@ impl Fixture {
         let r = self
             .gw
             .store
-            .reserve(&self.key, "probe", free, free, ids::now_secs(), 60)
+            .reserve(&self.key, &ids::request_id(), free, free, 60)
             .await
             .unwrap();
         match r {

@@ -75,7 +75,6 @@ use crate::billing::Price;
 use crate::channels::ChannelProtocol;
 use crate::errors::GatewayError;
 use crate::gateway::Gateway;
-use crate::ids;
 use crate::protocol::Invalid;
 use crate::relay::ERROR_BODY_LIMIT;
 use crate::request::{Answer, Ctx, LiveAnswer};
@@ -147,18 +146,12 @@ async fn begin(
         .ok_or_else(|| GatewayError::ModelNotPriced(model.clone()))?;
     let (min, max) = billing::first_block(&price);
     let ttl_secs = gw.config.limits.reservation_ttl_secs;
-    let first = gw
-        .store
-        .reserve(
-            &key.rec.id,
-            &ctx.request_id,
-            min,
-            max,
-            ids::now_secs(),
-            ttl_secs,
-        )
-        .await
-        .map_err(|e| store_error(&e))??;
+    let first =
+        crate::billing::reserve(&gw.store, &key.rec.id, &ctx.request_id, min, max, ttl_secs)
+            .await
+            .map_err(|e| store_error(&e))??
+            .hand_over()
+            .ok_or(GatewayError::Internal)?;
     ctx.record_mut().channel = channel.name.clone();
     // Pingora ends a session silent both ways for 60 s (its client read timeout, restarted
     // by traffic either way); a realtime user may think longer. The channel's read

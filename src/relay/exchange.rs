@@ -32,19 +32,17 @@ pub async fn hold(
     reservation_id: &str,
     bounds: Bounds,
 ) -> Result<ReservationGuard, GatewayError> {
-    let reservation = gw
-        .store
-        .reserve(
-            key_id,
-            reservation_id,
-            bounds.min,
-            bounds.max,
-            crate::ids::now_secs(),
-            gw.config.limits.reservation_ttl_secs,
-        )
-        .await
-        .map_err(|e| crate::api::store_error(&e))??;
-    Ok(ReservationGuard::new(gw.store.clone(), reservation))
+    let ttl = gw.config.limits.reservation_ttl_secs;
+    Ok(crate::billing::reserve(
+        &gw.store,
+        key_id,
+        reservation_id,
+        bounds.min,
+        bounds.max,
+        ttl,
+    )
+    .await
+    .map_err(|e| crate::api::store_error(&e))??)
 }
 
 /// Runs one metered exchange for the authenticated caller in `ctx`.

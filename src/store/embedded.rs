@@ -10,10 +10,16 @@
 //!
 //! Other processes (the CLI) may use the same file at the same time: SQLite's own locking
 //! and `busy_timeout` handle that, and nothing here caches rows.
+//!
+//! Settling is exactly once: the `settled` table holds a row per settled (or released)
+//! reservation id, written in the same savepoint as the charge and the usage record, so
+//! a settle retried after a cancelled or failed call changes nothing. Rows older than
+//! [`SETTLED_KEEP_SECS`] are pruned as usage rows are, a batch every `PRUNE_EVERY`
+//! settles. Time is the store's own clock, never a caller's.
 
 use super::{
     KeyPatch, KeyRecord, KeyStatus, Micros, Reservation, ReserveDenied, Store, StoreError,
-    StoreResult, UsageRecord,
+    StoreResult, UsageRecord, SETTLED_KEEP_SECS,
 };
 use async_trait::async_trait;
 use parking_lot::Mutex;
@@ -21,7 +27,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -54,6 +60,10 @@ CREATE TABLE IF NOT EXISTS usage (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, key_id TEXT NOT NULL, record TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS usage_key ON usage(key_id, seq);
+CREATE TABLE IF NOT EXISTS settled (
+    key_id TEXT NOT NULL, id TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY (key_id, id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS settled_at ON settled(at);
 CREATE TABLE IF NOT EXISTS tasks (
     id TEXT PRIMARY KEY, key_id TEXT NOT NULL, status TEXT NOT NULL, due_at INTEGER,
     record TEXT NOT NULL
@@ -114,6 +124,22 @@ impl Held {
             .is_some_and(|k| k.items.contains_key(rid))
     }
 
+    /// The amount held under `rid`, if it is held.
+    fn amount(&self, key_id: &str, rid: &str) -> Option<Micros> {
+        self.by_key.get(key_id)?.items.get(rid).map(|(a, _)| *a)
+    }
+
+    /// Pushes a live hold's expiry to `until` (never earlier). `None` if `rid` is not
+    /// held here; `Some(false)` if it is held but expired at `now`.
+    fn extend(&mut self, key_id: &str, rid: &str, until: i64, now: i64) -> Option<bool> {
+        let (_, expires) = self.by_key.get_mut(key_id)?.items.get_mut(rid)?;
+        if *expires <= now {
+            return Some(false);
+        }
+        *expires = (*expires).max(until);
+        Some(true)
+    }
+
     fn remove(&mut self, key_id: &str, rid: &str) {
         if let Some(k) = self.by_key.get_mut(key_id) {
             if let Some((amount, _)) = k.items.remove(rid) {
@@ -131,6 +157,21 @@ fn durable(reservation_id: &str) -> bool {
     reservation_id.starts_with("task_")
 }
 
+/// The store's clock, in unix seconds. Unit tests move it forward instead of waiting.
+#[derive(Default)]
+struct Clock {
+    skew: AtomicI64,
+}
+
+impl Clock {
+    fn now(&self) -> i64 {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        secs + self.skew.load(Ordering::Relaxed)
+    }
+}
+
 pub struct EmbeddedStore {
     dir: PathBuf,
     held: Arc<Mutex<Held>>,
@@ -141,6 +182,8 @@ pub struct EmbeddedStore {
     /// Per-key (minute window, count); a single node needs no shared counter.
     rates: Mutex<HashMap<String, (i64, u32)>>,
     inserts: AtomicU64,
+    settles: AtomicU64,
+    clock: Arc<Clock>,
 }
 
 fn internal(e: impl std::fmt::Display) -> StoreError {
@@ -180,6 +223,8 @@ impl EmbeddedStore {
             lock: Mutex::new(None),
             rates: Mutex::new(HashMap::new()),
             inserts: AtomicU64::new(0),
+            settles: AtomicU64::new(0),
+            clock: Arc::new(Clock::default()),
         })
     }
 
@@ -228,6 +273,22 @@ impl EmbeddedStore {
     /// Whether this usage insert should also prune the key's oldest rows.
     fn prune_due(&self) -> bool {
         self.inserts.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1
+    }
+
+    /// What one settle needs to know: the store's time, and whether it also prunes old
+    /// tombstones.
+    fn settle_ctx(&self) -> SettleCtx {
+        SettleCtx {
+            held: self.held.clone(),
+            clock: self.clock.clone(),
+            prune: self.settles.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1,
+        }
+    }
+
+    /// Moves the store's clock (tests of expiry).
+    #[cfg(test)]
+    fn advance_clock(&self, secs: i64) {
+        self.clock.skew.fetch_add(secs, Ordering::Relaxed);
     }
 
     /// Runs `f` on the store thread, inside the next group commit.
@@ -310,17 +371,45 @@ fn writer(conn: Connection, rx: mpsc::Receiver<Job>) {
     }
 }
 
-/// Releases the reservation and adds `actual` (clamped at 0) to the key's `quota_used`,
-/// on the store thread, inside the caller's savepoint. A reservation held in memory is
-/// released only once the charge is written, so a failed write leaves it to a retry.
+/// What [`settle_in`] runs with.
+struct SettleCtx {
+    held: Arc<Mutex<Held>>,
+    clock: Arc<Clock>,
+    prune: bool,
+}
+
+/// Settles once: unless the reservation id already has a row in `settled`, releases the
+/// reservation, adds `actual` (clamped at 0) to the key's `quota_used` and writes that
+/// row, on the store thread, inside the caller's savepoint; returns whether it did. A
+/// reservation held in memory is released only once the charge is written, so a failed
+/// write leaves it to a retry.
 fn settle_in(
     c: &Connection,
-    held: &Mutex<Held>,
+    cx: &SettleCtx,
     key_id: &str,
     reservation_id: &str,
     actual: Micros,
-) -> StoreResult<()> {
-    let in_memory = held.lock().contains(key_id, reservation_id);
+) -> StoreResult<bool> {
+    let now = cx.clock.now();
+    let first = exec(
+        c,
+        "INSERT OR IGNORE INTO settled (key_id, id, at) VALUES (?1, ?2, ?3)",
+        params![key_id, reservation_id, now],
+    )
+    .map_err(internal)?
+        > 0;
+    if !first {
+        return Ok(false);
+    }
+    if cx.prune {
+        exec(
+            c,
+            "DELETE FROM settled WHERE at < ?1",
+            [now - SETTLED_KEEP_SECS],
+        )
+        .map_err(internal)?;
+    }
+    let in_memory = cx.held.lock().contains(key_id, reservation_id);
     if !in_memory {
         exec(
             c,
@@ -336,9 +425,9 @@ fn settle_in(
     )
     .map_err(internal)?;
     if in_memory {
-        held.lock().remove(key_id, reservation_id);
+        cx.held.lock().remove(key_id, reservation_id);
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Appends a usage record (JSON text) for a key, pruning the key's oldest rows when
@@ -464,6 +553,7 @@ impl Store for EmbeddedStore {
         let held = self.held.clone();
         self.call(move |c| {
             exec(c, "DELETE FROM reservations WHERE key_id = ?1", [&id]).map_err(internal)?;
+            exec(c, "DELETE FROM settled WHERE key_id = ?1", [&id]).map_err(internal)?;
             let deleted = exec(c, "DELETE FROM keys WHERE id = ?1", [&id]).map_err(internal)? > 0;
             held.lock().by_key.remove(&id);
             Ok(deleted)
@@ -477,12 +567,13 @@ impl Store for EmbeddedStore {
         reservation_id: &str,
         min: Micros,
         max: Micros,
-        now: i64,
         ttl_secs: u64,
     ) -> StoreResult<Result<Reservation, ReserveDenied>> {
         let (key_id, rid) = (key_id.to_string(), reservation_id.to_string());
         let held = self.held.clone();
+        let clock = self.clock.clone();
         self.call(move |c| {
+            let now = clock.now();
             exec(
                 c,
                 "DELETE FROM reservations WHERE key_id = ?1 AND expires_at <= ?2",
@@ -490,6 +581,28 @@ impl Store for EmbeddedStore {
             )
             .map_err(internal)?;
             held.lock().purge(&key_id, now);
+            // Idempotent by id: a settled id is refused, a held one answers its grant.
+            let settled: Option<i64> = c
+                .prepare_cached("SELECT 1 FROM settled WHERE key_id = ?1 AND id = ?2")
+                .and_then(|mut st| st.query_row([&key_id, &rid], |r| r.get(0)).optional())
+                .map_err(internal)?;
+            if settled.is_some() {
+                return Ok(Err(ReserveDenied::Released));
+            }
+            let holding = match held.lock().amount(&key_id, &rid) {
+                Some(a) => Some(a),
+                None => c
+                    .prepare_cached("SELECT amount FROM reservations WHERE id = ?1 AND key_id = ?2")
+                    .and_then(|mut st| st.query_row([&rid, &key_id], |r| r.get(0)).optional())
+                    .map_err(internal)?,
+            };
+            if let Some(amount) = holding {
+                return Ok(Ok(Reservation {
+                    id: rid,
+                    key_id,
+                    amount,
+                }));
+            }
             let Some(rec) = get_key(c, &key_id)? else {
                 return Ok(Err(ReserveDenied::NotFound));
             };
@@ -515,7 +628,7 @@ impl Store for EmbeddedStore {
                     max.min(available)
                 }
             };
-            let expires = now.saturating_add(ttl_secs as i64);
+            let expires = now.saturating_add(ttl_secs.min(i64::MAX as u64) as i64);
             if durable(&rid) {
                 exec(
                     c,
@@ -537,10 +650,40 @@ impl Store for EmbeddedStore {
         .await
     }
 
+    async fn extend(&self, reservation: &Reservation, ttl_secs: u64) -> StoreResult<()> {
+        let now = self.clock.now();
+        let until = now.saturating_add(ttl_secs.min(i64::MAX as u64) as i64);
+        // A request's hold lives in memory: pushed in place, no commit (reserve and settle
+        // take the same lock, so this is atomic with them).
+        if self
+            .held
+            .lock()
+            .extend(&reservation.key_id, &reservation.id, until, now)
+            .is_some()
+        {
+            return Ok(());
+        }
+        let r = reservation.clone();
+        let clock = self.clock.clone();
+        self.call(move |c| {
+            let now = clock.now();
+            let until = now.saturating_add(ttl_secs.min(i64::MAX as u64) as i64);
+            exec(
+                c,
+                "UPDATE reservations SET expires_at = MAX(expires_at, ?3)
+                 WHERE id = ?1 AND key_id = ?2 AND expires_at > ?4",
+                params![r.id, r.key_id, until, now],
+            )
+            .map_err(internal)?;
+            Ok(())
+        })
+        .await
+    }
+
     async fn settle(&self, reservation: &Reservation, actual: Micros) -> StoreResult<()> {
         let r = reservation.clone();
-        let held = self.held.clone();
-        self.call(move |c| settle_in(c, &held, &r.key_id, &r.id, actual))
+        let cx = self.settle_ctx();
+        self.call(move |c| settle_in(c, &cx, &r.key_id, &r.id, actual).map(|_| ()))
             .await
     }
 
@@ -578,10 +721,12 @@ impl Store for EmbeddedStore {
         let text = serde_json::to_string(usage).map_err(internal)?;
         let usage_key = usage.key_id.clone();
         let prune = self.prune_due();
-        let held = self.held.clone();
+        let cx = self.settle_ctx();
         self.call(move |c| {
-            settle_in(c, &held, &r.key_id, &r.id, actual)?;
-            usage_in(c, &usage_key, &text, prune)
+            if settle_in(c, &cx, &r.key_id, &r.id, actual)? {
+                usage_in(c, &usage_key, &text, prune)?;
+            }
+            Ok(())
         })
         .await
     }

@@ -153,7 +153,7 @@ impl TaskStore for EmbeddedStore {
         let (id, key_id, status, cost) = (t.id.clone(), t.key_id.clone(), t.status, t.cost);
         let usage_key = usage.key_id.clone();
         let prune = self.prune_due();
-        let held = self.held.clone();
+        let cx = self.settle_ctx();
         self.call(move |c| {
             let n = exec(
                 c,
@@ -165,7 +165,7 @@ impl TaskStore for EmbeddedStore {
             if n == 0 {
                 return Ok(false);
             }
-            settle_in(c, &held, &key_id, &id, cost)?;
+            settle_in(c, &cx, &key_id, &id, cost)?;
             usage_in(c, &usage_key, &usage_text, prune)?;
             Ok(true)
         })

@@ -132,7 +132,14 @@ pub enum ReserveDenied {
     Expired,
     /// `quota_limit - quota_used - reserved < min`.
     QuotaExhausted,
+    /// This reservation id was already settled or released: an id holds money once. A
+    /// `reserve` retried after its first attempt was given up (and released) lands here.
+    Released,
 }
+
+/// How long a settled reservation id is remembered (its tombstone): far longer than any
+/// retry of its settle or of its reserve runs, then pruned.
+pub const SETTLED_KEEP_SECS: i64 = 86_400;
 
 /// One record per request (spec 7.1: served by `GET /api/log/token`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,30 +211,43 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
     /// Removes the key (its usage records may stay); `false` if it did not exist.
     async fn delete_key(&self, id: &str) -> StoreResult<bool>;
 
-    /// Atomically checks the key (exists, enabled, not expired at `now` unix seconds) and
-    /// holds money for one request: grants `min(max, available)` when
+    /// Atomically checks the key (exists, enabled, not expired: the store's own clock, never
+    /// the caller's) and holds money for one request: grants `min(max, available)` when
     /// `available >= min`, where `available = quota_limit - quota_used - reserved`
     /// (unlimited keys always get `max`). `min <= max`, both >= 0. A reservation not
-    /// settled within `ttl_secs` is released on its own (a crashed instance cannot hold
-    /// quota forever).
+    /// settled or extended within `ttl_secs` is released on its own (a crashed instance
+    /// cannot hold quota forever).
+    ///
+    /// Idempotent by `reservation_id`: an id already held returns that same grant and holds
+    /// nothing more (a retry after a lost reply); an id already settled or released is
+    /// refused with [`ReserveDenied::Released`].
     async fn reserve(
         &self,
         key_id: &str,
         reservation_id: &str,
         min: Micros,
         max: Micros,
-        now: i64,
         ttl_secs: u64,
     ) -> StoreResult<Result<Reservation, ReserveDenied>>;
 
+    /// Pushes a held reservation's expiry to `ttl_secs` from now (never earlier than it
+    /// was). Does nothing to a reservation that was settled, released or has expired.
+    async fn extend(&self, reservation: &Reservation, ttl_secs: u64) -> StoreResult<()>;
+
     /// Releases the reservation and adds `actual` (>= 0) to `quota_used`, atomically.
     /// `actual` is charged even when the reservation already expired (the money was spent
-    /// upstream). The caller settles each reservation exactly once. A refund is
-    /// `settle(r, 0)`. Durable when it returns.
+    /// upstream). A refund is `settle(r, 0)`; settling an id that was never reserved
+    /// releases it (a later `reserve` of it is refused). Durable when it returns.
+    ///
+    /// Exactly once: settling an id that was already settled changes nothing, so a call
+    /// whose reply was lost can be retried with the same arguments.
     async fn settle(&self, reservation: &Reservation, actual: Micros) -> StoreResult<()>;
 
     /// `settle` and `append_usage` as one step: one commit, one script. The relay ends
     /// every request with it, so the store sees one operation where it would see two.
+    /// Exactly once like `settle`: an id already settled changes nothing and appends no
+    /// second record. (This default is two steps and not exactly once for the record; both
+    /// backends override it.)
     async fn settle_logged(
         &self,
         reservation: &Reservation,
@@ -249,4 +269,20 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
 
     /// Cheap health probe (a PING, or nothing for the embedded store).
     async fn ping(&self) -> StoreResult<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_records_written_before_the_estimate_and_overrun_fields_still_read() {
+        let old = r#"{"request_id":"r","time_ms":1,"key_id":"k","endpoint":"/v1/chat/completions",
+            "model":"m","channel":"c","prompt_tokens":1,"completion_tokens":2,"cached_tokens":0,
+            "cost":3,"status":200,"latency_ms":4,"stream":false}"#;
+        let u: UsageRecord = serde_json::from_str(old).unwrap();
+        assert!(!u.estimated);
+        assert_eq!(u.overrun, 0);
+        assert_eq!(u.cost, 3);
+    }
 }

@@ -7,14 +7,21 @@
 //! - `gw:key:{ID}`  hash: the record, plus `quota_used` and `quota_reserved`
 //! - `gw:rsv:{ID}`  zset: reservation id → expiry (unix seconds)
 //! - `gw:rsva:{ID}` hash: reservation id → amount
+//! - `gw:done:{ID}` zset: settled (or released) reservation id → when (unix seconds): the
+//!   tombstones that make settling exactly once; pruned after [`SETTLED_KEEP_SECS`], and
+//!   the whole set expires with the key's last settle
 //! - `gw:rl:{ID}:<minute>` counter with a TTL
 //! - `gw:log:{ID}`  stream of usage records, capped
 //! - `gw:keys`      set of all ids (for listing; maintained after the per-key script)
 //! - video tasks: `gw:task:{ID}:<task_id>` and `gw:tasks:due` (see `redis_tasks.rs`)
+//!
+//! Time is Redis's own (`TIME` inside the scripts): instances whose clocks disagree still
+//! agree on when a reservation expires. (Redis 5 or later: scripts replicate their
+//! effects, so `TIME` before a write is allowed.)
 
 use super::{
     KeyPatch, KeyRecord, KeyStatus, Micros, Reservation, ReserveDenied, Store, StoreError,
-    StoreResult, UsageRecord,
+    StoreResult, UsageRecord, SETTLED_KEEP_SECS,
 };
 use async_trait::async_trait;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -22,13 +29,17 @@ use redis::{Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Script, Valu
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// The step every script that ends a request or a task runs: releases reservation `rid`
-/// of the key (when it has not expired) and charges `actual`. A Lua function, so the
-/// scripts share one text of it.
+/// The step every script that ends a request or a task runs, once per reservation id:
+/// unless `rid` has a tombstone in `done`, releases reservation `rid` of the key (when it
+/// has not expired), charges `actual` and writes the tombstone; returns whether it did.
+/// A Lua function, so the scripts share one text of it. The retention (86400 s) is
+/// [`SETTLED_KEEP_SECS`]; the set itself expires two retentions after its last write.
 macro_rules! settle_fn {
     () => {
         r"
-local function settle(key, rsv, rsva, rid, actual)
+local function settle(key, rsv, rsva, done, rid, actual)
+  if redis.call('ZSCORE', done, rid) then return false end
+  local now = tonumber(redis.call('TIME')[1])
   local live = redis.call('EXISTS', key) == 1
   local amt = redis.call('HGET', rsva, rid)
   if amt then
@@ -37,6 +48,10 @@ local function settle(key, rsv, rsva, rid, actual)
     if live then redis.call('HINCRBY', key, 'quota_reserved', -tonumber(amt)) end
   end
   if live then redis.call('HINCRBY', key, 'quota_used', actual) end
+  redis.call('ZADD', done, now, rid)
+  redis.call('ZREMRANGEBYSCORE', done, '-inf', now - 86400)
+  redis.call('EXPIRE', done, 172800)
+  return true
 end
 "
     };
@@ -44,6 +59,9 @@ end
 
 #[path = "redis_tasks.rs"]
 mod tasks;
+
+// The scripts spell the tombstones' retention out; they must say what the trait says.
+const _: () = assert!(SETTLED_KEEP_SECS == 86_400);
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 const LOG_MAX: usize = 10_000;
@@ -64,22 +82,27 @@ for i = 1, #ARGV, 2 do
 end
 return redis.call('HGETALL', KEYS[1])";
 
-// gw_reserve_v1: KEYS key, rsv, rsva; ARGV rid, min, max, now, expires_at.
+// gw_reserve_v2: KEYS key, rsv, rsva, done; ARGV rid, min, max, ttl. Idempotent by rid:
+// a held rid answers its grant again, a settled one is refused.
 const RESERVE: &str = r"
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])
+local now = tonumber(redis.call('TIME')[1])
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
 if #expired > 0 then
   local sum = 0
   for _, id in ipairs(expired) do
     sum = sum + tonumber(redis.call('HGET', KEYS[3], id) or '0')
     redis.call('HDEL', KEYS[3], id)
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HINCRBY', KEYS[1], 'quota_reserved', -sum) end
 end
+if redis.call('ZSCORE', KEYS[4], ARGV[1]) then return {'denied', 'released'} end
+local held = redis.call('HGET', KEYS[3], ARGV[1])
+if held then return {'ok', held} end
 local k = redis.call('HMGET', KEYS[1], 'status', 'expires_at', 'quota_limit', 'quota_used', 'quota_reserved')
 if not k[1] then return {'denied', 'not_found'} end
 if k[1] ~= 'enabled' then return {'denied', 'disabled'} end
-if k[2] and tonumber(ARGV[4]) >= tonumber(k[2]) then return {'denied', 'expired'} end
+if k[2] and now >= tonumber(k[2]) then return {'denied', 'expired'} end
 local max = tonumber(ARGV[3])
 local grant = max
 if k[3] then
@@ -87,23 +110,44 @@ if k[3] then
   if avail < tonumber(ARGV[2]) then return {'denied', 'quota'} end
   if avail < max then grant = avail end
 end
-redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
+redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], grant)
 redis.call('HINCRBY', KEYS[1], 'quota_reserved', grant)
 return {'ok', tostring(grant)}";
 
-// gw_settle_v1: KEYS key, rsv, rsva; ARGV rid, actual.
+// gw_extend_v1: KEYS rsv; ARGV rid, ttl. Pushes a live hold's expiry, never pulls it in.
+const EXTEND: &str = r"
+local now = tonumber(redis.call('TIME')[1])
+local s = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not s or tonumber(s) <= now then return 0 end
+local e = now + tonumber(ARGV[2])
+if e > tonumber(s) then redis.call('ZADD', KEYS[1], e, ARGV[1]) end
+return 1";
+
+// gw_settle_v2: KEYS key, rsv, rsva, done; ARGV rid, actual.
 const SETTLE: &str = concat!(
     settle_fn!(),
-    "settle(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])\nreturn 1"
+    "settle(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])\nreturn 1"
 );
 
-// gw_settle_log_v1: KEYS key, rsv, rsva, log; ARGV rid, actual, usage record, log cap.
+// gw_settle_log_v2: KEYS key, rsv, rsva, done, log; ARGV rid, actual, usage record, log
+// cap. The record is appended only by the settle that did the work.
 const SETTLE_LOG: &str = concat!(
     settle_fn!(),
-    "settle(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])\n",
-    "redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', 'r', ARGV[3])\nreturn 1"
+    "if settle(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2]) then\n",
+    "  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[4], '*', 'r', ARGV[3])\n",
+    "end\nreturn 1"
 );
+
+// gw_log_once_v1: KEYS done, log (of the record's key); ARGV marker, usage record, log cap.
+// The record of a settle whose reservation is another key's: appended once per marker.
+const LOG_ONCE: &str = r"
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+local now = tonumber(redis.call('TIME')[1])
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[3], '*', 'r', ARGV[2])
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('EXPIRE', KEYS[1], 172800)
+return 1";
 
 // gw_rate_v1: KEYS counter; ARGV rpm.
 const RATE: &str = r"
@@ -152,8 +196,10 @@ pub struct RedisStore {
     create: Script,
     update: Script,
     reserve: Script,
+    extend: Script,
     settle: Script,
     settle_log: Script,
+    log_once: Script,
     rate: Script,
 }
 
@@ -176,6 +222,9 @@ fn rsva(id: &str) -> String {
 }
 fn log(id: &str) -> String {
     format!("gw:log:{{{id}}}")
+}
+fn done(id: &str) -> String {
+    format!("gw:done:{{{id}}}")
 }
 
 fn opt_str<T: ToString>(v: Option<T>) -> String {
@@ -288,8 +337,10 @@ impl RedisStore {
             create: Script::new(CREATE),
             update: Script::new(UPDATE),
             reserve: Script::new(RESERVE),
+            extend: Script::new(EXTEND),
             settle: Script::new(SETTLE),
             settle_log: Script::new(SETTLE_LOG),
+            log_once: Script::new(LOG_ONCE),
             rate: Script::new(RATE),
         })
     }
@@ -361,7 +412,13 @@ impl Store for RedisStore {
 
     async fn delete_key(&self, id: &str) -> StoreResult<bool> {
         let n: i64 = self
-            .query(redis::cmd("DEL").arg(key(id)).arg(rsv(id)).arg(rsva(id)))
+            .query(
+                redis::cmd("DEL")
+                    .arg(key(id))
+                    .arg(rsv(id))
+                    .arg(rsva(id))
+                    .arg(done(id)),
+            )
             .await?;
         self.query::<()>(redis::cmd("SREM").arg(KEYS_SET).arg(id))
             .await?;
@@ -374,7 +431,6 @@ impl Store for RedisStore {
         reservation_id: &str,
         min: Micros,
         max: Micros,
-        now: i64,
         ttl_secs: u64,
     ) -> StoreResult<Result<Reservation, ReserveDenied>> {
         let (status, detail): (String, String) = self
@@ -382,11 +438,11 @@ impl Store for RedisStore {
             .key(key(key_id))
             .key(rsv(key_id))
             .key(rsva(key_id))
+            .key(done(key_id))
             .arg(reservation_id)
             .arg(min)
             .arg(max)
-            .arg(now)
-            .arg(now.saturating_add(ttl_secs as i64))
+            .arg(ttl_secs.min(i64::MAX as u64 / 2))
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(map_err)?;
@@ -405,8 +461,21 @@ impl Store for RedisStore {
             "not_found" => ReserveDenied::NotFound,
             "disabled" => ReserveDenied::Disabled,
             "expired" => ReserveDenied::Expired,
+            "released" => ReserveDenied::Released,
             _ => ReserveDenied::QuotaExhausted,
         }))
+    }
+
+    async fn extend(&self, r: &Reservation, ttl_secs: u64) -> StoreResult<()> {
+        let _: i64 = self
+            .extend
+            .key(rsv(&r.key_id))
+            .arg(&r.id)
+            .arg(ttl_secs.min(i64::MAX as u64 / 2))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(map_err)?;
+        Ok(())
     }
 
     async fn settle(&self, r: &Reservation, actual: Micros) -> StoreResult<()> {
@@ -415,6 +484,7 @@ impl Store for RedisStore {
             .key(key(&r.key_id))
             .key(rsv(&r.key_id))
             .key(rsva(&r.key_id))
+            .key(done(&r.key_id))
             .arg(&r.id)
             .arg(actual.max(0))
             .invoke_async(&mut self.conn.clone())
@@ -429,17 +499,29 @@ impl Store for RedisStore {
         actual: Micros,
         usage: &UsageRecord,
     ) -> StoreResult<()> {
-        if usage.key_id != r.key_id {
-            // Another key's log lives in another slot: two steps.
-            self.settle(r, actual).await?;
-            return self.append_usage(usage).await;
-        }
         let text = serde_json::to_string(usage).map_err(|e| StoreError::Internal(e.to_string()))?;
+        if usage.key_id != r.key_id {
+            // Another key's log lives in another slot: two steps, each once. The record's
+            // tombstone lives with that key's, under a name no reservation id takes.
+            self.settle(r, actual).await?;
+            let _: i64 = self
+                .log_once
+                .key(done(&usage.key_id))
+                .key(log(&usage.key_id))
+                .arg(format!("\u{0}log {} {}", r.key_id, r.id))
+                .arg(text)
+                .arg(LOG_MAX)
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(map_err)?;
+            return Ok(());
+        }
         let _: i64 = self
             .settle_log
             .key(key(&r.key_id))
             .key(rsv(&r.key_id))
             .key(rsva(&r.key_id))
+            .key(done(&r.key_id))
             .key(log(&r.key_id))
             .arg(&r.id)
             .arg(actual.max(0))

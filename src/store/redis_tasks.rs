@@ -1,7 +1,7 @@
 //! Video tasks on Redis. Layout:
 //! - `gw:task:{KEYID}:<task_id>` hash: `status`, `record` (the [`TaskRecord`] as JSON).
 //!   The owner's id is the hash tag, so a task shares its slot with `gw:key:{KEYID}`,
-//!   `gw:rsv:{KEYID}`, `gw:rsva:{KEYID}` and `gw:log:{KEYID}`: ending a task, settling its
+//!   `gw:rsv:{KEYID}`, `gw:rsva:{KEYID}`, `gw:done:{KEYID}` and `gw:log:{KEYID}`: ending a task, settling its
 //!   reservation and logging its usage is one Lua script.
 //! - `gw:tasks:due` zset: member `"<key_id> <task_id>"`, score = unix ms when the open task
 //!   is next due. Claims are Lua scripts on this one key, so two instances never claim the
@@ -17,7 +17,7 @@
 //!   the claims look at the status of what they claimed and drop ended tasks, so they are
 //!   never returned.
 
-use super::{key, log, map_err, rsv, rsva, RedisStore, CREATE, LOG_MAX};
+use super::{done, key, log, map_err, rsv, rsva, RedisStore, CREATE, LOG_MAX};
 use crate::store::tasks::{TaskRecord, TaskRef, TaskStatus, TaskStore};
 use crate::store::{StoreError, StoreResult, UsageRecord};
 use async_trait::async_trait;
@@ -48,16 +48,17 @@ if not s or s == 'completed' or s == 'failed' then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'record', ARGV[2])
 return 1";
 
-// gw_finish_task_v1: KEYS task, key, rsv, rsva, log; ARGV status, record, rid, actual,
-// usage, log_max. Ends an open task, settles its reservation exactly as gw_settle_v1 and
-// appends its usage exactly as `append_usage`, or does nothing.
+// gw_finish_task_v2: KEYS task, key, rsv, rsva, log, done; ARGV status, record, rid,
+// actual, usage, log_max. Ends an open task, settles its reservation exactly as
+// gw_settle_v2 (once: a reservation settled before is not charged again) and appends its
+// usage exactly as `append_usage`, or does nothing.
 const FINISH_LUA: &str = concat!(
     settle_fn!(),
     r"
 local s = redis.call('HGET', KEYS[1], 'status')
 if not s or s == 'completed' or s == 'failed' then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'record', ARGV[2])
-settle(KEYS[2], KEYS[3], KEYS[4], ARGV[3], ARGV[4])
+settle(KEYS[2], KEYS[3], KEYS[4], KEYS[6], ARGV[3], ARGV[4])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*', 'r', ARGV[5])
 return 1"
 );
@@ -250,6 +251,7 @@ impl TaskStore for RedisStore {
             .key(rsv(k))
             .key(rsva(k))
             .key(log(k))
+            .key(done(k))
             .arg(t.status.as_str())
             .arg(text)
             .arg(&t.id)

@@ -218,19 +218,10 @@ async fn submit(
     );
     let now = ids::now_secs();
     let timeout = v.task_timeout.as_secs();
-    let reservation = gw
-        .store
-        .reserve(
-            &key.rec.id,
-            &id,
-            worst,
-            worst,
-            now,
-            timeout + RESERVATION_MARGIN_SECS,
-        )
+    let ttl = timeout + RESERVATION_MARGIN_SECS;
+    let mut guard = crate::billing::reserve(&gw.store, &key.rec.id, &id, worst, worst, ttl)
         .await
         .map_err(|e| store_error(&e))??;
-    let mut guard = crate::billing::ReservationGuard::new(gw.store.clone(), reservation);
 
     let no_headers = http::HeaderMap::new();
     let mut failure = GatewayError::Upstream(UpstreamFailure::Connect);

@@ -1,6 +1,8 @@
 //! Integration tests: real gateways in-process on ephemeral ports, mock upstreams in
 //! Rust, and a private `redis-server` per test that needs one.
 
+#[path = "../support/flaky_proxy.rs"]
+mod flaky_proxy;
 #[path = "../support/gateway.rs"]
 mod gateway;
 #[path = "../support/greedy_upstream.rs"]

@@ -22,7 +22,8 @@ impl RedisServer {
         s
     }
 
-    fn socket(&self) -> PathBuf {
+    /// The unix socket the server listens on (it has no TCP port).
+    pub fn socket(&self) -> PathBuf {
         self.dir.path().join("redis.sock")
     }
 
