@@ -27,20 +27,28 @@ async fn slow_upstream() -> MockUpstream {
     .await
 }
 
-async fn cut_stream_is_ended_and_billed(store: StoreKind) {
-    let up = slow_upstream().await;
-    let gw = TestGateway::start(&config(&up.base_url(), 1), store).await;
-    let (key, id) = gw.create_key(json!({"quota_usd": 1.0})).await;
+/// Starts a streaming chat request; returns its body as it arrives.
+async fn open_stream(
+    gw: &TestGateway,
+    key: &str,
+) -> impl futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> {
     let r = gw
         .http
         .post(gw.url("/v1/chat/completions"))
-        .bearer_auth(&key)
+        .bearer_auth(key)
         .json(&chat("m", true))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let mut body = r.bytes_stream();
+    r.bytes_stream()
+}
+
+async fn cut_stream_is_ended_and_billed(store: StoreKind) {
+    let up = slow_upstream().await;
+    let gw = TestGateway::start(&config(&up.base_url(), 1), store).await;
+    let (key, id) = gw.create_key(json!({"quota_usd": 1.0})).await;
+    let mut body = open_stream(&gw, &key).await;
     let mut text = String::new();
     // The stream is running: the first pieces arrived.
     while !text.contains("word") {
@@ -101,15 +109,7 @@ async fn a_request_that_finishes_within_the_grace_period_is_served_whole() {
     .await;
     let gw = TestGateway::start(&config(&up.base_url(), 30), StoreKind::Embedded).await;
     let (key, id) = gw.create_key(json!({"quota_usd": 1.0})).await;
-    let r = gw
-        .http
-        .post(gw.url("/v1/chat/completions"))
-        .bearer_auth(&key)
-        .json(&chat("m", true))
-        .send()
-        .await
-        .unwrap();
-    let mut body = r.bytes_stream();
+    let mut body = open_stream(&gw, &key).await;
     let first = body.next().await.unwrap().unwrap();
     gw.running.shutdown();
     let mut text = String::from_utf8_lossy(&first).to_string();
