@@ -7,6 +7,9 @@ pub mod images;
 pub mod multipart;
 pub mod text;
 
+use crate::errors::GatewayError;
+use serde_json::Value;
+
 /// One endpoint of the family.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Media {
@@ -47,5 +50,20 @@ impl Media {
     /// Multipart uploads (the model is read from the form).
     pub fn is_multipart(&self) -> bool {
         matches!(self, Media::Transcription | Media::Translation)
+    }
+}
+
+/// A JSON object body, or the 400 that says why not.
+pub fn parse_json(raw: &[u8]) -> Result<Value, GatewayError> {
+    let v: Value = serde_json::from_slice(raw).map_err(|e| {
+        GatewayError::bad_request(None, format!("The request body is not valid JSON: {e}."))
+    })?;
+    if v.is_object() {
+        Ok(v)
+    } else {
+        Err(GatewayError::bad_request(
+            None,
+            "The request body must be a JSON object.",
+        ))
     }
 }

@@ -12,7 +12,7 @@ use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use crate::media::images::{self, ImageJob};
 use crate::media::multipart::{self, Form};
-use crate::media::{audio, text, Media};
+use crate::media::{audio, parse_json, text, Media};
 use crate::protocol::Usage;
 use crate::proxy::ctx::{respond, response_header};
 use crate::proxy::Ctx;
@@ -51,21 +51,6 @@ struct Plan {
     form: Option<Form>,
     content_type: String,
     charge: Charge,
-}
-
-/// A JSON object body, or the 400 that says why not.
-pub(crate) fn parse_json(raw: &[u8]) -> Result<Value, GatewayError> {
-    let v: Value = serde_json::from_slice(raw).map_err(|e| {
-        GatewayError::bad_request(None, format!("The request body is not valid JSON: {e}."))
-    })?;
-    if v.is_object() {
-        Ok(v)
-    } else {
-        Err(GatewayError::bad_request(
-            None,
-            "The request body must be a JSON object.",
-        ))
-    }
 }
 
 fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<Plan, GatewayError> {

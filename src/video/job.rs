@@ -45,6 +45,15 @@ pub struct Bounds {
     pub max_seconds: f64,
 }
 
+/// Seconds as the videos API writes them: `"4"`, or `"2.5"`.
+pub fn seconds_text(s: f64) -> String {
+    if s.fract() == 0.0 && s < 1e15 {
+        format!("{}", s as i64)
+    } else {
+        format!("{s}")
+    }
+}
+
 impl VideoJob {
     /// `WxH`, when both sides are known.
     pub fn size(&self) -> Option<String> {

@@ -10,8 +10,7 @@
 //!   `POST /?Action=CVSync2AsyncGetResult&Version=..`, answers `{code, message, data}`
 //!   with `code` 10000 for success; the video at `data.video_url`.
 
-use super::job::{Image, VideoJob};
-use super::render::seconds_text;
+use super::job::{seconds_text, Image, VideoJob};
 use crate::channels::ChannelProtocol;
 use crate::store::tasks::{TaskRecord, TaskResult, TaskStatus};
 use base64::Engine;
