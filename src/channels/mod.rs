@@ -1,12 +1,14 @@
 //! Upstream channels: where a model is served, in which order channels are tried, how the
 //! model name is mapped, and how to reach the upstream.
 
+pub mod credentials;
 mod resolve;
 
 use crate::config::raw::RawChannel;
 use crate::config::{config_err, ConfigError};
 use crate::ids;
 use crate::protocol::Protocol;
+use credentials::Signer;
 use pingora::upstreams::peer::HttpPeer;
 use resolve::Resolver;
 use std::collections::{BTreeMap, HashMap};
@@ -85,6 +87,9 @@ pub struct Channel {
     pub path_prefix: String,
     /// Injected toward the upstream; never logged, never shown.
     pub api_key: String,
+    /// Signs each request instead (`video-a`: Kling's JWT; `video-b`: Volcengine's
+    /// signature), when the channel has a key pair.
+    pub signer: Option<Signer>,
     pub models: Vec<String>,
     pub model_map: BTreeMap<String, String>,
     /// Serves the Responses API natively (`openai` channels).
@@ -171,6 +176,7 @@ impl Channel {
         if c.weight == 0 {
             return Err(config_err(format!("{path}.weight"), "must be at least 1"));
         }
+        let signer = signer(&c, protocol, path)?;
         Ok(Channel {
             resolver: Resolver::new(host.clone(), port),
             name: c.name,
@@ -180,6 +186,7 @@ impl Channel {
             port,
             path_prefix,
             api_key: c.api_key,
+            signer,
             models: c.models,
             model_map: c.model_map,
             responses_api: c.responses_api,
@@ -229,6 +236,9 @@ impl Channel {
             } else {
                 String::new()
             },
+            // Result URLs are pre-signed or public: a signature of ours would not fit.
+            access_key: String::new(),
+            secret_key: String::new(),
             models: vec![String::from("-")],
             model_map: BTreeMap::new(),
             responses_api: false,
@@ -273,6 +283,52 @@ impl Channel {
         o.idle_timeout = Some(Duration::from_secs(90));
         Ok(peer)
     }
+}
+
+/// The signer of a channel with a key pair: both keys or neither, and only on the video
+/// protocols whose vendors sign requests (without a pair they take `api_key` as a bearer
+/// key, e.g. behind a signing proxy).
+fn signer(
+    c: &RawChannel,
+    protocol: ChannelProtocol,
+    path: &str,
+) -> Result<Option<Signer>, ConfigError> {
+    let (ak, sk) = (c.access_key.trim(), c.secret_key.trim());
+    if ak.is_empty() && sk.is_empty() {
+        return Ok(None);
+    }
+    if !matches!(protocol, ChannelProtocol::VideoA | ChannelProtocol::VideoB) {
+        let field = if ak.is_empty() {
+            "secret_key"
+        } else {
+            "access_key"
+        };
+        return Err(config_err(
+            format!("{path}.{field}"),
+            "only `video-a` and `video-b` channels sign requests with a key pair; use `api_key`",
+        ));
+    }
+    if ak.is_empty() || sk.is_empty() {
+        let missing = if ak.is_empty() {
+            "access_key"
+        } else {
+            "secret_key"
+        };
+        return Err(config_err(
+            format!("{path}.{missing}"),
+            "is required with the other key of the pair",
+        ));
+    }
+    if !c.api_key.is_empty() {
+        return Err(config_err(
+            format!("{path}.api_key"),
+            "a channel that signs with `access_key` and `secret_key` takes no `api_key`",
+        ));
+    }
+    Ok(Some(match protocol {
+        ChannelProtocol::VideoA => Signer::Kling(credentials::KlingJwt::new(ak, sk)),
+        _ => Signer::Volcengine(credentials::Volcengine::new(ak, sk)),
+    }))
 }
 
 /// Model → channels, built once from the configuration.
@@ -360,6 +416,8 @@ mod tests {
             protocol: "openai".into(),
             base_url: "http://127.0.0.1:9/prefix/".into(),
             api_key: String::new(),
+            access_key: String::new(),
+            secret_key: String::new(),
             models: vec!["m".into()],
             model_map: BTreeMap::new(),
             responses_api: false,
@@ -385,6 +443,48 @@ mod tests {
         }
         // weight 3 vs 1: `a` first about 75% of the time
         assert!((2700..3300).contains(&first_a), "{first_a}");
+    }
+
+    #[test]
+    fn key_pairs_only_whole_and_only_on_signing_protocols() {
+        let raw = |protocol: &str, api: &str, ak: &str, sk: &str| RawChannel {
+            name: "v".into(),
+            protocol: protocol.into(),
+            base_url: "https://visual.volcengineapi.com".into(),
+            api_key: api.into(),
+            access_key: ak.into(),
+            secret_key: sk.into(),
+            models: vec!["m".into()],
+            model_map: BTreeMap::new(),
+            responses_api: false,
+            priority: 0,
+            weight: 1,
+            connect_timeout_secs: 1,
+            read_timeout_secs: 1,
+        };
+        let path_of = |r| Channel::from_raw(r, "c").unwrap_err().path;
+        assert!(matches!(
+            Channel::from_raw(raw("video-a", "", "ak", "sk"), "c")
+                .unwrap()
+                .signer,
+            Some(Signer::Kling(_))
+        ));
+        assert!(matches!(
+            Channel::from_raw(raw("video-b", "", "ak", "sk"), "c")
+                .unwrap()
+                .signer,
+            Some(Signer::Volcengine(_))
+        ));
+        assert!(Channel::from_raw(raw("video-b", "k", "", ""), "c")
+            .unwrap()
+            .signer
+            .is_none());
+        assert_eq!(path_of(raw("video-b", "", "ak", "")), "c.secret_key");
+        assert_eq!(path_of(raw("video-a", "", "", "sk")), "c.access_key");
+        assert_eq!(path_of(raw("openai", "", "ak", "sk")), "c.access_key");
+        assert_eq!(path_of(raw("video-a", "k", "ak", "sk")), "c.api_key");
+        let c = Channel::from_raw(raw("video-a", "", "ak-secret", "sk-secret"), "c").unwrap();
+        assert!(!format!("{c:?}").contains("secret"), "keys never printed");
     }
 
     #[test]
