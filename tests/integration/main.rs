@@ -3,16 +3,22 @@
 
 #[path = "../support/gateway.rs"]
 mod gateway;
+#[path = "../support/kling.rs"]
+mod kling;
 #[path = "../support/media_upstream.rs"]
 mod media_upstream;
 #[path = "../support/mock_upstream.rs"]
 mod mock_upstream;
+#[path = "../support/openai_videos.rs"]
+mod openai_videos;
 #[path = "../support/providers.rs"]
 mod providers;
 #[path = "../support/redis.rs"]
 mod redis_server;
 #[path = "../support/video_upstream.rs"]
 mod video_upstream;
+#[path = "../support/volcengine.rs"]
+mod volcengine;
 
 mod auth;
 mod chat;
@@ -25,3 +31,7 @@ mod sdk;
 mod stores;
 mod task_store;
 mod video;
+mod video_checks;
+mod video_instances;
+mod video_tasks;
+mod video_vendors;

@@ -1,26 +1,25 @@
-//! The three upstream shapes a video channel can speak, as pure functions: the request
-//! that submits a [`VideoJob`], the one that polls a task, the one that fetches its
-//! video, and how each answer reads. No I/O here; `video::service` moves the bytes.
+//! The three video APIs a channel can speak, as pure functions: whether a [`VideoJob`] can
+//! be expressed to the vendor at all (decided before anything is reserved), the request
+//! that submits it, the one that polls the task, how each answer reads, and where the
+//! video is fetched. No I/O here; `video::service` moves the bytes.
 //!
-//! - `openai`: `POST /v1/videos` (multipart), `GET /v1/videos/{id}`,
-//!   `GET /v1/videos/{id}/content`.
-//! - `video-a`: `POST /v1/videos/{text2video|image2video}` (JSON of spec 4.12),
-//!   `GET /v1/videos/{kind}/{id}` (the record of spec 2.3), the video at its `url`.
-//! - `video-b`: `POST /?Action=CVSync2AsyncSubmitTask&Version=..` and
-//!   `POST /?Action=CVSync2AsyncGetResult&Version=..`, answers `{code, message, data}`
-//!   with `code` 10000 for success; the video at `data.video_url`.
+//! - `openai` ([`openai`]): the OpenAI videos API.
+//! - `video-a` ([`kling`]): Kling's video API.
+//! - `video-b` ([`jimeng`]): Jimeng video generation on Volcengine's visual API.
+//!
+//! Each module cites the reference it follows. The signing both task vendors require is
+//! the channel's (`channels::credentials`): it happens when the request is sent.
 
-use super::job::{seconds_text, Image, VideoJob};
+mod jimeng;
+mod kling;
+mod openai;
+
+use super::job::{Image, VideoJob};
 use crate::channels::ChannelProtocol;
 use crate::store::tasks::{TaskRecord, TaskResult, TaskStatus};
 use base64::Engine;
 use bytes::Bytes;
-use serde_json::{json, Map, Value};
-
-/// The API version sent to `video-b` upstreams.
-pub const VIDEO_B_VERSION: &str = "2022-08-31";
-/// `code` of a successful `video-b` answer.
-pub const VIDEO_B_OK: i64 = 10000;
+use serde_json::Value;
 
 /// One request to an upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,354 +56,127 @@ impl Call {
 pub enum Source {
     /// A path on the task's channel.
     Channel(String),
-    /// A URL the upstream gave (often a storage host of its own).
+    /// A URL the upstream gave (its storage host or CDN).
     Url(String),
 }
 
-/// What a status answer says.
+/// How a job goes to one vendor: what it was checked to be able to express.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Plan {
+    /// Seconds asked of the upstream: what is reserved, and the most that is billed.
+    pub seconds: f64,
+    /// The frame in the vendor's terms (`WxH`, or an aspect ratio); `None`: its default.
+    pub frame: Option<&'static str>,
+}
+
+/// Why a job cannot be expressed to a vendor: the 400 if no channel can take it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfit {
+    pub param: &'static str,
+    pub message: String,
+}
+
+/// What a submission answer says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Submitted {
+    /// The upstream's task id.
+    Task(String),
+    /// Refused in a 2xx answer (a vendor `code`): as if with this HTTP status.
+    Refused(u16),
+    /// Not the vendor's answer at all.
+    Unreadable,
+}
+
+/// A task that is still on its way, or done.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Progress {
     pub status: TaskStatus,
     pub progress: Option<u8>,
     pub result: Option<TaskResult>,
-    /// The upstream's own words on a failure (for the operator's log only).
-    pub failure: Option<String>,
 }
 
-/// Whether the job can be sent to this upstream shape as it is.
-pub fn accepts(protocol: ChannelProtocol, job: &VideoJob) -> bool {
+/// A task the upstream will never finish: what the client is told, and the vendor's
+/// own words for the operator's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub message: String,
+    pub detail: String,
+}
+
+/// What a status answer means for the task.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Polled {
+    Progress(Progress),
+    Failed(Failure),
+    /// Nothing to act on now (rate limit, server error, unreadable): ask again later.
+    Retry(String),
+}
+
+/// Whether, and how, `job` can be sent to this vendor. `default_seconds`: the length
+/// assumed when the job names none (the vendor gets the nearest length it takes).
+pub fn plan(
+    protocol: ChannelProtocol,
+    job: &VideoJob,
+    default_seconds: f64,
+) -> Result<Plan, Unfit> {
     match protocol {
-        // The videos API takes the reference only as an uploaded file.
-        ChannelProtocol::OpenAi => !matches!(job.image, Some(Image::Url(_))),
-        ChannelProtocol::VideoA | ChannelProtocol::VideoB => true,
-        ChannelProtocol::Anthropic | ChannelProtocol::Gemini => false,
+        ChannelProtocol::OpenAi => openai::plan(job, default_seconds),
+        ChannelProtocol::VideoA => kling::plan(job, default_seconds),
+        ChannelProtocol::VideoB => jimeng::plan(job, default_seconds),
+        ChannelProtocol::Anthropic | ChannelProtocol::Gemini => Err(Unfit {
+            param: "model",
+            message: "This model is not served for video.".into(),
+        }),
     }
 }
 
-fn b64(data: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(data)
-}
-
-/// A multipart/form-data body.
-struct FormBody {
-    boundary: String,
-    buf: Vec<u8>,
-}
-
-impl FormBody {
-    fn new() -> FormBody {
-        let boundary = format!(
-            "----mg{:016x}{:016x}",
-            crate::ids::fast_random(),
-            crate::ids::fast_random()
-        );
-        FormBody {
-            boundary,
-            buf: Vec::new(),
-        }
-    }
-
-    fn field(&mut self, name: &str, value: &str) {
-        self.buf.extend_from_slice(
-            format!(
-                "--{}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n",
-                self.boundary
-            )
-            .as_bytes(),
-        );
-    }
-
-    fn file(&mut self, name: &str, filename: &str, content_type: &str, data: &[u8]) {
-        let filename = filename.replace(['"', '\r', '\n'], "_");
-        self.buf.extend_from_slice(
-            format!(
-                "--{}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{filename}\"\r\nContent-Type: {content_type}\r\n\r\n",
-                self.boundary
-            )
-            .as_bytes(),
-        );
-        self.buf.extend_from_slice(data);
-        self.buf.extend_from_slice(b"\r\n");
-    }
-
-    fn finish(mut self, path: String) -> Call {
-        self.buf
-            .extend_from_slice(format!("--{}--\r\n", self.boundary).as_bytes());
-        Call {
-            method: "POST",
-            path,
-            content_type: format!("multipart/form-data; boundary={}", self.boundary),
-            body: Bytes::from(self.buf),
-        }
-    }
-}
-
-/// The request that submits `job` (with the model renamed to `model`), and the
-/// upstream-shape detail the task must remember to be polled (`text2video` or
-/// `image2video` for `video-a`; empty otherwise). `seconds`: the duration the gateway
-/// reserved for, sent when the request named none so the upstream cannot make more.
+/// The request that submits `job` as planned (model renamed to `model`), and the detail
+/// the task must remember to be polled (`text2video` or `image2video` for Kling).
 pub fn submit(
     protocol: ChannelProtocol,
     job: &VideoJob,
+    plan: &Plan,
     model: &str,
-    seconds: f64,
 ) -> Option<(Call, String)> {
-    if !accepts(protocol, job) {
-        return None;
-    }
     match protocol {
-        ChannelProtocol::OpenAi => {
-            let mut f = FormBody::new();
-            f.field("model", model);
-            f.field("prompt", &job.prompt);
-            f.field("seconds", &seconds_text(seconds));
-            if let Some(size) = job.size() {
-                f.field("size", &size);
-            }
-            if let Some(Image::Bytes {
-                data,
-                content_type,
-                filename,
-            }) = &job.image
-            {
-                f.file("input_reference", filename, content_type, data);
-            }
-            Some((f.finish("/v1/videos".into()), String::new()))
-        }
-        ChannelProtocol::VideoA => {
-            let mut body = Map::new();
-            body.insert("model".into(), json!(model));
-            body.insert("prompt".into(), json!(job.prompt));
-            let kind = match &job.image {
-                Some(Image::Url(u)) => {
-                    body.insert("image".into(), json!(u));
-                    "image2video"
-                }
-                Some(Image::Bytes { data, .. }) => {
-                    body.insert("image".into(), json!(b64(data)));
-                    "image2video"
-                }
-                None => "text2video",
-            };
-            put_shape(&mut body, job, seconds);
-            if job.n != 1 {
-                body.insert("n".into(), json!(job.n));
-            }
-            for (k, v) in &job.extra {
-                body.entry(k.clone()).or_insert_with(|| v.clone());
-            }
-            Some((
-                Call::json(format!("/v1/videos/{kind}"), &Value::Object(body)),
-                kind.to_string(),
-            ))
-        }
-        ChannelProtocol::VideoB => {
-            let mut body = Map::new();
-            body.insert("req_key".into(), json!(model));
-            body.insert("prompt".into(), json!(job.prompt));
-            match &job.image {
-                Some(Image::Bytes { data, .. }) => {
-                    body.insert("binary_data_base64".into(), json!([b64(data)]));
-                }
-                Some(Image::Url(u)) => {
-                    body.insert("image_urls".into(), json!([u]));
-                }
-                None => {}
-            }
-            put_shape(&mut body, job, seconds);
-            Some((
-                Call::json(
-                    format!("/?Action=CVSync2AsyncSubmitTask&Version={VIDEO_B_VERSION}"),
-                    &Value::Object(body),
-                ),
-                String::new(),
-            ))
-        }
+        ChannelProtocol::OpenAi => Some((openai::submit(job, plan, model), String::new())),
+        ChannelProtocol::VideoA => Some(kling::submit(job, plan, model)),
+        ChannelProtocol::VideoB => Some((jimeng::submit(job, plan, model), String::new())),
         ChannelProtocol::Anthropic | ChannelProtocol::Gemini => None,
     }
 }
 
-/// Duration, frame size, frame rate and seed, as both task-style APIs name them.
-fn put_shape(body: &mut Map<String, Value>, job: &VideoJob, seconds: f64) {
-    body.insert("duration".into(), json!(seconds));
-    for (k, v) in [
-        ("width", job.width),
-        ("height", job.height),
-        ("fps", job.fps),
-    ] {
-        if let Some(v) = v {
-            body.insert(k.into(), json!(v));
-        }
-    }
-    if let Some(s) = job.seed {
-        body.insert("seed".into(), json!(s));
-    }
-}
-
-fn nonempty(v: &Value) -> Option<String> {
-    v.as_str().filter(|s| !s.is_empty()).map(str::to_string)
-}
-
-/// The upstream's task id from a successful (2xx) submission answer.
-pub fn submitted(protocol: ChannelProtocol, body: &[u8]) -> Option<String> {
-    let v: Value = serde_json::from_slice(body).ok()?;
+/// Reads a 2xx submission answer.
+pub fn submitted(protocol: ChannelProtocol, body: &[u8]) -> Submitted {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return Submitted::Unreadable;
+    };
     match protocol {
-        ChannelProtocol::OpenAi => nonempty(&v["id"]),
-        ChannelProtocol::VideoA => nonempty(&v["task_id"]).or_else(|| nonempty(&v["id"])),
-        ChannelProtocol::VideoB => {
-            if v["code"].as_i64() != Some(VIDEO_B_OK) {
-                return None;
-            }
-            nonempty(&v["data"]["task_id"])
-        }
-        ChannelProtocol::Anthropic | ChannelProtocol::Gemini => None,
+        ChannelProtocol::OpenAi => openai::submitted(&v),
+        ChannelProtocol::VideoA => kling::submitted(&v),
+        ChannelProtocol::VideoB => jimeng::submitted(&v),
+        ChannelProtocol::Anthropic | ChannelProtocol::Gemini => Submitted::Unreadable,
     }
 }
 
 /// The request that asks the upstream how a task is doing.
 pub fn poll(protocol: ChannelProtocol, t: &TaskRecord, model: &str) -> Call {
     match protocol {
-        ChannelProtocol::VideoA => {
-            let kind = if t.upstream_kind.is_empty() {
-                "text2video"
-            } else {
-                &t.upstream_kind
-            };
-            Call::get(format!("/v1/videos/{kind}/{}", t.upstream_id))
-        }
-        ChannelProtocol::VideoB => Call::json(
-            format!("/?Action=CVSync2AsyncGetResult&Version={VIDEO_B_VERSION}"),
-            &json!({"req_key": model, "task_id": t.upstream_id}),
-        ),
+        ChannelProtocol::VideoA => kling::poll(t),
+        ChannelProtocol::VideoB => jimeng::poll(t, model),
         ChannelProtocol::OpenAi | ChannelProtocol::Anthropic | ChannelProtocol::Gemini => {
-            Call::get(format!("/v1/videos/{}", t.upstream_id))
+            openai::poll(t)
         }
     }
 }
 
-fn status_word(s: &str) -> Option<TaskStatus> {
-    match s.to_ascii_lowercase().as_str() {
-        "queued" | "pending" | "submitted" | "in_queue" | "waiting" => Some(TaskStatus::Queued),
-        "in_progress" | "processing" | "running" | "generating" => Some(TaskStatus::InProgress),
-        "completed" | "succeeded" | "success" | "done" => Some(TaskStatus::Completed),
-        "failed" | "failure" | "error" | "cancelled" | "canceled" | "expired" | "not_found" => {
-            Some(TaskStatus::Failed)
-        }
-        _ => None,
-    }
-}
-
-fn num_u32(v: &Value) -> Option<u32> {
-    v.as_u64()
-        .or_else(|| v.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
-        .and_then(|n| u32::try_from(n).ok())
-}
-
-fn seconds_of(v: &Value) -> Option<f64> {
-    match v {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => s.parse().ok(),
-        _ => None,
-    }
-    .filter(|s: &f64| s.is_finite() && *s >= 0.0)
-}
-
-fn size_of(v: &Value) -> (Option<u32>, Option<u32>) {
-    v.as_str()
-        .and_then(|s| s.split_once('x'))
-        .map(|(w, h)| (w.parse().ok(), h.parse().ok()))
-        .unwrap_or((None, None))
-}
-
-fn failure_text(v: &Value) -> Option<String> {
-    let e = &v["error"];
-    nonempty(&e["message"])
-        .or_else(|| nonempty(e))
-        .or_else(|| nonempty(&v["message"]))
-}
-
-/// Reads a 2xx status answer; `None` when it is not the shape's answer at all.
-pub fn progress(protocol: ChannelProtocol, body: &[u8]) -> Option<Progress> {
-    let v: Value = serde_json::from_slice(body).ok()?;
+/// Reads a status answer of any HTTP status.
+pub fn read_poll(protocol: ChannelProtocol, status: u16, body: &[u8]) -> Polled {
     match protocol {
-        ChannelProtocol::VideoB => {
-            if v["code"].as_i64() != Some(VIDEO_B_OK) {
-                return Some(Progress {
-                    status: TaskStatus::Failed,
-                    progress: None,
-                    result: None,
-                    failure: Some(format!(
-                        "code {}: {}",
-                        v["code"],
-                        v["message"].as_str().unwrap_or("")
-                    )),
-                });
-            }
-            let d = &v["data"];
-            let mut status = status_word(d["status"].as_str()?)?;
-            let url = nonempty(&d["video_url"]).or_else(|| nonempty(&d["url"]));
-            if status == TaskStatus::Completed && url.is_none() {
-                status = TaskStatus::Failed;
-            }
-            let result = (status == TaskStatus::Completed).then(|| TaskResult {
-                upstream_url: url,
-                format: Some("mp4".into()),
-                duration: seconds_of(&d["duration"]),
-                fps: num_u32(&d["fps"]),
-                width: num_u32(&d["width"]),
-                height: num_u32(&d["height"]),
-                seed: d["seed"].as_i64(),
-            });
-            Some(Progress {
-                status,
-                progress: d["progress"].as_u64().map(|p| p.min(100) as u8),
-                result,
-                failure: (status == TaskStatus::Failed).then(|| format!("status {}", d["status"])),
-            })
-        }
-        ChannelProtocol::VideoA => {
-            let mut status = status_word(v["status"].as_str()?)?;
-            let url = nonempty(&v["url"]).or_else(|| nonempty(&v["video_url"]));
-            if status == TaskStatus::Completed && url.is_none() {
-                status = TaskStatus::Failed;
-            }
-            let m = &v["metadata"];
-            let result = (status == TaskStatus::Completed).then(|| TaskResult {
-                upstream_url: url,
-                format: nonempty(&v["format"]).or(Some("mp4".into())),
-                duration: seconds_of(&m["duration"]),
-                fps: num_u32(&m["fps"]),
-                width: num_u32(&m["width"]),
-                height: num_u32(&m["height"]),
-                seed: m["seed"].as_i64(),
-            });
-            Some(Progress {
-                status,
-                progress: v["progress"].as_u64().map(|p| p.min(100) as u8),
-                result,
-                failure: (status == TaskStatus::Failed)
-                    .then(|| failure_text(&v).unwrap_or_else(|| "completed without a url".into())),
-            })
-        }
+        ChannelProtocol::VideoA => kling::read_poll(status, body),
+        ChannelProtocol::VideoB => jimeng::read_poll(status, body),
         ChannelProtocol::OpenAi | ChannelProtocol::Anthropic | ChannelProtocol::Gemini => {
-            let status = status_word(v["status"].as_str()?)?;
-            let (width, height) = size_of(&v["size"]);
-            let result = (status == TaskStatus::Completed).then(|| TaskResult {
-                upstream_url: None,
-                format: Some("mp4".into()),
-                duration: seconds_of(&v["seconds"]),
-                fps: None,
-                width,
-                height,
-                seed: None,
-            });
-            Some(Progress {
-                status,
-                progress: v["progress"].as_u64().map(|p| p.min(100) as u8),
-                result,
-                failure: (status == TaskStatus::Failed)
-                    .then(|| failure_text(&v).unwrap_or_default()),
-            })
+            openai::read_poll(status, body)
         }
     }
 }
@@ -413,16 +185,7 @@ pub fn progress(protocol: ChannelProtocol, body: &[u8]) -> Option<Progress> {
 /// `?variant=` (`video`, `thumbnail`, `spritesheet`), passed through.
 pub fn content(protocol: ChannelProtocol, t: &TaskRecord, variant: Option<&str>) -> Option<Source> {
     match protocol {
-        ChannelProtocol::OpenAi => {
-            let mut path = format!("/v1/videos/{}/content", t.upstream_id);
-            if let Some(v) =
-                variant.filter(|v| v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-            {
-                path.push_str("?variant=");
-                path.push_str(v);
-            }
-            Some(Source::Channel(path))
-        }
+        ChannelProtocol::OpenAi => Some(openai::content(t, variant)),
         _ => t
             .result
             .as_ref()
@@ -431,6 +194,170 @@ pub fn content(protocol: ChannelProtocol, t: &TaskRecord, variant: Option<&str>)
     }
 }
 
+// Shared by the vendor modules.
+
+fn b64(data: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+fn nonempty(v: &Value) -> Option<String> {
+    v.as_str().filter(|s| !s.is_empty()).map(str::to_string)
+}
+
+/// Seconds as a number or a numeric string (`"5.042"`).
+fn seconds_of(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+    .filter(|s: &f64| s.is_finite() && *s >= 0.0)
+}
+
+fn progress_of(v: &Value) -> Option<u8> {
+    v.as_u64().map(|p| p.min(100) as u8)
+}
+
+/// The first 512 bytes of an answer, for the operator's log.
+fn excerpt(body: &[u8]) -> String {
+    String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned()
+}
+
+fn failed(message: impl Into<String>, detail: impl Into<String>) -> Polled {
+    Polled::Failed(Failure {
+        message: message.into(),
+        detail: detail.into(),
+    })
+}
+
+/// The upstream says it does not know the task.
+fn lost(detail: impl Into<String>) -> Polled {
+    failed(
+        "The upstream no longer knows this task; it was refunded.",
+        detail,
+    )
+}
+
+/// `n` above 1: none of the three APIs makes several videos in one task, and billing
+/// `n` videos for one would overcharge.
+fn one_video(job: &VideoJob) -> Result<(), Unfit> {
+    if job.n == 1 {
+        return Ok(());
+    }
+    Err(Unfit {
+        param: "n",
+        message: "`n` must be 1 for this model: its upstream makes one video per task.".into(),
+    })
+}
+
+/// `allowed` in words: `4, 8 or 12`.
+fn listing(allowed: &[f64]) -> String {
+    let words: Vec<String> = allowed
+        .iter()
+        .map(|s| super::job::seconds_text(*s))
+        .collect();
+    match words.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => words.join(""),
+    }
+}
+
+/// The length to ask for: the one the job names, if the vendor takes it; else the
+/// longest it takes within `default` (the shortest, if none is).
+fn pick_seconds(allowed: &[f64], job: &VideoJob, default: f64) -> Result<f64, Unfit> {
+    let takes = |s: f64| allowed.iter().copied().find(|a| (a - s).abs() < 1e-9);
+    match job.seconds {
+        Some(s) => takes(s).ok_or_else(|| Unfit {
+            param: job.names.seconds,
+            message: format!(
+                "`{}` must be {} seconds for this model.",
+                job.names.seconds,
+                listing(allowed)
+            ),
+        }),
+        None => Ok(allowed
+            .iter()
+            .copied()
+            .filter(|a| *a <= default + 1e-9)
+            .fold(None, |best: Option<f64>, a| {
+                Some(best.map_or(a, |b| b.max(a)))
+            })
+            .or_else(|| allowed.iter().copied().reduce(f64::min))
+            .unwrap_or(default)),
+    }
+}
+
+/// Width and height, when the job names a frame; one without the other cannot be
+/// expressed to any of the vendors.
+fn frame_size(job: &VideoJob) -> Result<Option<(u32, u32)>, Unfit> {
+    match (job.width, job.height) {
+        (None, None) => Ok(None),
+        (Some(w), Some(h)) => Ok(Some((w, h))),
+        _ => Err(Unfit {
+            param: job.names.size,
+            message: "`width` and `height` must be given together for this model.".into(),
+        }),
+    }
+}
+
+/// The aspect ratio among `allowed` (name, width, height) that the frame has, within 1 %.
+fn pick_ratio(
+    allowed: &[(&'static str, u32, u32)],
+    job: &VideoJob,
+) -> Result<Option<&'static str>, Unfit> {
+    let Some((w, h)) = frame_size(job)? else {
+        return Ok(None);
+    };
+    let r = w as f64 / h as f64;
+    allowed
+        .iter()
+        .find(|(_, aw, ah)| ((*aw as f64 / *ah as f64) / r - 1.0).abs() < 0.01)
+        .map(|(name, _, _)| Some(*name))
+        .ok_or_else(|| {
+            let names: Vec<&str> = allowed.iter().map(|(n, _, _)| *n).collect();
+            Unfit {
+                param: job.names.size,
+                message: format!(
+                    "The frame {w}x{h} must have an aspect ratio of {} for this model.",
+                    names.join(", ")
+                ),
+            }
+        })
+}
+
+/// A completed task's result.
+fn result(
+    url: Option<String>,
+    duration: Option<f64>,
+    width: Option<u32>,
+    height: Option<u32>,
+) -> TaskResult {
+    TaskResult {
+        upstream_url: url,
+        format: Some("mp4".into()),
+        duration,
+        fps: None,
+        width,
+        height,
+        seed: None,
+    }
+}
+
+fn progress(status: TaskStatus, progress: Option<u8>, result: Option<TaskResult>) -> Polled {
+    Polled::Progress(Progress {
+        status,
+        progress,
+        result,
+    })
+}
+
+/// The image as bare Base64 (the task APIs take it without a `data:` prefix).
+fn image_base64(image: &Image) -> Option<String> {
+    match image {
+        Image::Bytes { data, .. } => Some(b64(data)),
+        Image::Url(_) => None,
+    }
+}
+
 #[cfg(test)]
-#[path = "vendors_tests.rs"]
 mod tests;
