@@ -25,6 +25,9 @@ pub enum ChannelProtocol {
     VideoA,
     /// Video tasks only: the `?Action=&Version=` API of spec 4.14.
     VideoB,
+    /// Image edits in the native shape of spec 4.7 only: DashScope's
+    /// multimodal-generation API.
+    DashScope,
 }
 
 impl ChannelProtocol {
@@ -34,6 +37,7 @@ impl ChannelProtocol {
         ChannelProtocol::Gemini,
         ChannelProtocol::VideoA,
         ChannelProtocol::VideoB,
+        ChannelProtocol::DashScope,
     ];
 
     pub fn parse(s: &str) -> Option<ChannelProtocol> {
@@ -43,6 +47,7 @@ impl ChannelProtocol {
             "gemini" => Some(ChannelProtocol::Gemini),
             "video-a" => Some(ChannelProtocol::VideoA),
             "video-b" => Some(ChannelProtocol::VideoB),
+            "dashscope" => Some(ChannelProtocol::DashScope),
             _ => None,
         }
     }
@@ -54,21 +59,26 @@ impl ChannelProtocol {
             ChannelProtocol::Gemini => "gemini",
             ChannelProtocol::VideoA => "video-a",
             ChannelProtocol::VideoB => "video-b",
+            ChannelProtocol::DashScope => "dashscope",
         }
     }
 
     /// Whether chat-style requests (and translations between them) can go here.
     pub fn serves_chat(self) -> bool {
-        !matches!(self, ChannelProtocol::VideoA | ChannelProtocol::VideoB)
+        !matches!(
+            self,
+            ChannelProtocol::VideoA | ChannelProtocol::VideoB | ChannelProtocol::DashScope
+        )
     }
 
-    /// The wire protocol used for chat-style requests to this upstream. Video channels
-    /// are never offered chat requests ([`Router::chat_candidates`]).
+    /// The wire protocol used for chat-style requests to this upstream. Video and image
+    /// edit channels are never offered chat requests ([`Router::chat_candidates`]).
     pub fn wire(self) -> Protocol {
         match self {
-            ChannelProtocol::OpenAi | ChannelProtocol::VideoA | ChannelProtocol::VideoB => {
-                Protocol::Chat
-            }
+            ChannelProtocol::OpenAi
+            | ChannelProtocol::VideoA
+            | ChannelProtocol::VideoB
+            | ChannelProtocol::DashScope => Protocol::Chat,
             ChannelProtocol::Anthropic => Protocol::Messages,
             ChannelProtocol::Gemini => Protocol::Gemini,
         }

@@ -7,7 +7,9 @@ pub mod images;
 pub mod multipart;
 pub mod text;
 
+use crate::channels::ChannelProtocol;
 use crate::errors::GatewayError;
+use bytes::Bytes;
 use serde_json::Value;
 
 /// One endpoint of the family.
@@ -15,7 +17,8 @@ use serde_json::Value;
 pub enum Media {
     /// `POST /v1/images/generations` (spec 4.6).
     ImageGeneration,
-    /// `POST /v1/images/edits`, the native request shape of spec 4.7.
+    /// `POST /v1/images/edits`: the SDK's multipart shape, or the native JSON shape of
+    /// spec 4.7.
     ImageEdit,
     /// `POST /v1/audio/speech` (spec 4.21): binary audio streamed back.
     Speech,
@@ -50,6 +53,32 @@ impl Media {
     /// Multipart uploads (the model is read from the form).
     pub fn is_multipart(&self) -> bool {
         matches!(self, Media::Transcription | Media::Translation)
+    }
+
+    /// Whether a request of this endpoint, in the shape it came (`multipart` or JSON),
+    /// goes to a channel of this protocol: native image edits to DashScope's API, the
+    /// rest to OpenAI-style upstreams.
+    pub fn served_by(&self, protocol: ChannelProtocol, multipart: bool) -> bool {
+        match self {
+            Media::ImageEdit if !multipart => protocol == ChannelProtocol::DashScope,
+            _ => protocol == ChannelProtocol::OpenAi,
+        }
+    }
+
+    /// The path on a channel of this protocol.
+    pub fn path_on(&self, protocol: ChannelProtocol) -> &'static str {
+        match (self, protocol) {
+            (Media::ImageEdit, ChannelProtocol::DashScope) => images::DASHSCOPE_EDIT_PATH,
+            _ => self.upstream_path(),
+        }
+    }
+
+    /// A successful answer of a channel of this protocol, in the client's shape.
+    pub fn answer_from(&self, protocol: ChannelProtocol, answer: Bytes) -> Bytes {
+        match (self, protocol) {
+            (Media::ImageEdit, ChannelProtocol::DashScope) => images::from_dashscope(answer),
+            _ => answer,
+        }
     }
 }
 

@@ -7,7 +7,6 @@
 use super::body;
 use super::upstream::{Exchange, OpenError, Outgoing};
 use crate::billing::{Price, ReservationGuard};
-use crate::channels::ChannelProtocol;
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use crate::media::images::{self, ImageJob};
@@ -54,6 +53,19 @@ struct Plan {
 }
 
 fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<Plan, GatewayError> {
+    // The SDKs' image edits are multipart; the native shape of spec 4.7 is JSON.
+    if let (Media::ImageEdit, Some(boundary)) = (media, multipart::boundary(content_type)) {
+        let edit = images::check_edit_form(raw, &boundary, &gw.config.image_families)?;
+        return Ok(Plan {
+            model: edit.job.model.clone(),
+            body: edit.body,
+            json: None,
+            rewrite: false,
+            form: Some(edit.form),
+            content_type: content_type.to_string(),
+            charge: Charge::Images(edit.job),
+        });
+    }
     if media.is_multipart() {
         let boundary = multipart::boundary(content_type).ok_or_else(|| {
             GatewayError::bad_request(None, "The request must be multipart/form-data.")
@@ -82,6 +94,7 @@ fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<P
         }
         Media::ImageEdit => {
             let job = images::check_edit(&json, &gw.config.image_families)?;
+            images::to_dashscope(&mut json);
             (job.model.clone(), Charge::Images(job))
         }
         Media::Speech => {
@@ -102,8 +115,9 @@ fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<P
         model,
         body: raw,
         json: Some(json),
-        // A defaulted model (images, moderation) is written into the body sent upstream.
-        rewrite: !named_model || matches!(media, Media::Embeddings(Some(_))),
+        // A defaulted model (images, moderation) is written into the body sent upstream,
+        // and so are native edits (their sizes are respelled for the vendor).
+        rewrite: !named_model || matches!(media, Media::Embeddings(Some(_)) | Media::ImageEdit),
         form: None,
         content_type: "application/json".into(),
         charge,
@@ -224,7 +238,7 @@ pub async fn handle(
         .router
         .candidates(&plan.model)
         .into_iter()
-        .filter(|c| c.protocol == ChannelProtocol::OpenAi)
+        .filter(|c| media.served_by(c.protocol, plan.form.is_some()))
         .collect();
     if candidates.is_empty() {
         return Err(GatewayError::ModelNotFound(plan.model));
@@ -270,7 +284,7 @@ async fn exchange(
     for channel in candidates {
         let out = Outgoing {
             method: "POST",
-            path: media.upstream_path(),
+            path: media.path_on(channel.protocol),
             body: body_for(plan, channel.upstream_model(&plan.model)),
             content_type: &plan.content_type,
             stream: false,
@@ -305,6 +319,7 @@ async fn exchange(
         }
         let answer = ex.body(gw.config.limits.max_response_bytes).await?;
         ex.finish(gw).await;
+        let answer = media.answer_from(channel.protocol, answer);
         let (cost, usage) = actual(price, plan, &answer, worst);
         settle(ctx, guard, cost, usage, 200).await;
         let answer = client_model(answer, &content_type, &plan.model);

@@ -193,7 +193,10 @@ fn request_header(channel: &Channel, out: &Outgoing<'_>) -> pingora::Result<Requ
         }
     }
     match channel.protocol {
-        ChannelProtocol::OpenAi | ChannelProtocol::VideoA | ChannelProtocol::VideoB => {
+        ChannelProtocol::OpenAi
+        | ChannelProtocol::VideoA
+        | ChannelProtocol::VideoB
+        | ChannelProtocol::DashScope => {
             if !key.is_empty() && channel.signer.is_none() {
                 h.insert_header(http::header::AUTHORIZATION, format!("Bearer {key}"))?;
             }

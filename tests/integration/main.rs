@@ -1,6 +1,8 @@
 //! Integration tests: real gateways in-process on ephemeral ports, mock upstreams in
 //! Rust, and a private `redis-server` per test that needs one.
 
+#[path = "../support/dashscope.rs"]
+mod dashscope;
 #[path = "../support/gateway.rs"]
 mod gateway;
 #[path = "../support/kling.rs"]
@@ -24,6 +26,7 @@ mod auth;
 mod chat;
 mod local;
 mod media;
+mod media_edits;
 mod protocols;
 mod quota;
 mod realtime;

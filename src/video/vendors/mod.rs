@@ -123,10 +123,12 @@ pub fn plan(
         ChannelProtocol::OpenAi => openai::plan(job, default_seconds),
         ChannelProtocol::VideoA => kling::plan(job, default_seconds),
         ChannelProtocol::VideoB => jimeng::plan(job, default_seconds),
-        ChannelProtocol::Anthropic | ChannelProtocol::Gemini => Err(Unfit {
-            param: "model",
-            message: "This model is not served for video.".into(),
-        }),
+        ChannelProtocol::Anthropic | ChannelProtocol::Gemini | ChannelProtocol::DashScope => {
+            Err(Unfit {
+                param: "model",
+                message: "This model is not served for video.".into(),
+            })
+        }
     }
 }
 
@@ -142,7 +144,7 @@ pub fn submit(
         ChannelProtocol::OpenAi => Some((openai::submit(job, plan, model), String::new())),
         ChannelProtocol::VideoA => Some(kling::submit(job, plan, model)),
         ChannelProtocol::VideoB => Some((jimeng::submit(job, plan, model), String::new())),
-        ChannelProtocol::Anthropic | ChannelProtocol::Gemini => None,
+        ChannelProtocol::Anthropic | ChannelProtocol::Gemini | ChannelProtocol::DashScope => None,
     }
 }
 
@@ -155,7 +157,9 @@ pub fn submitted(protocol: ChannelProtocol, body: &[u8]) -> Submitted {
         ChannelProtocol::OpenAi => openai::submitted(&v),
         ChannelProtocol::VideoA => kling::submitted(&v),
         ChannelProtocol::VideoB => jimeng::submitted(&v),
-        ChannelProtocol::Anthropic | ChannelProtocol::Gemini => Submitted::Unreadable,
+        ChannelProtocol::Anthropic | ChannelProtocol::Gemini | ChannelProtocol::DashScope => {
+            Submitted::Unreadable
+        }
     }
 }
 
@@ -164,9 +168,10 @@ pub fn poll(protocol: ChannelProtocol, t: &TaskRecord, model: &str) -> Call {
     match protocol {
         ChannelProtocol::VideoA => kling::poll(t),
         ChannelProtocol::VideoB => jimeng::poll(t, model),
-        ChannelProtocol::OpenAi | ChannelProtocol::Anthropic | ChannelProtocol::Gemini => {
-            openai::poll(t)
-        }
+        ChannelProtocol::OpenAi
+        | ChannelProtocol::Anthropic
+        | ChannelProtocol::Gemini
+        | ChannelProtocol::DashScope => openai::poll(t),
     }
 }
 
@@ -175,9 +180,10 @@ pub fn read_poll(protocol: ChannelProtocol, status: u16, body: &[u8]) -> Polled 
     match protocol {
         ChannelProtocol::VideoA => kling::read_poll(status, body),
         ChannelProtocol::VideoB => jimeng::read_poll(status, body),
-        ChannelProtocol::OpenAi | ChannelProtocol::Anthropic | ChannelProtocol::Gemini => {
-            openai::read_poll(status, body)
-        }
+        ChannelProtocol::OpenAi
+        | ChannelProtocol::Anthropic
+        | ChannelProtocol::Gemini
+        | ChannelProtocol::DashScope => openai::read_poll(status, body),
     }
 }
 
