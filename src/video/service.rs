@@ -571,18 +571,30 @@ enum Asked {
 
 async fn ask(gw: &Gateway, channel: &Arc<Channel>, t: &TaskRecord) -> Asked {
     let call = vendors::poll(channel.protocol, t, channel.upstream_model(&t.model));
-    let mut ex = match open(gw, channel.clone(), &call, &http::HeaderMap::new()).await {
-        Ok(ex) => ex,
-        Err(OpenError::NotSent(e) | OpenError::Sent(e)) => {
+    // The answer must come within the claim's lease (with room to save it): a poll that
+    // outlived it could overlap the next claimant's.
+    let within = gw.config.video.lease * 3 / 4;
+    let answer = tokio::time::timeout(within, async {
+        let mut ex = match open(gw, channel.clone(), &call, &http::HeaderMap::new()).await {
+            Ok(ex) => ex,
+            Err(OpenError::NotSent(e) | OpenError::Sent(e)) => return Err(e),
+        };
+        let status = ex.status();
+        let body = ex.body(STATUS_BODY_LIMIT).await;
+        ex.finish(gw).await;
+        Ok((status, body?))
+    })
+    .await;
+    let (status, body) = match answer {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => {
             tracing::debug!(task = %t.id, error = ?e, "video status poll failed");
             return Asked::Retry;
         }
-    };
-    let status = ex.status();
-    let body = ex.body(STATUS_BODY_LIMIT).await;
-    ex.finish(gw).await;
-    let Ok(body) = body else {
-        return Asked::Retry;
+        Err(_) => {
+            tracing::warn!(task = %t.id, channel = %channel.name, "video status poll outlived its lease");
+            return Asked::Retry;
+        }
     };
     match vendors::read_poll(channel.protocol, status, &body) {
         vendors::Polled::Progress(p) => Asked::Progress(p),
