@@ -63,6 +63,18 @@ impl ChannelProtocol {
         }
     }
 
+    /// The media API a channel of this protocol speaks.
+    pub fn media_api(self) -> crate::media::Api {
+        match self {
+            ChannelProtocol::OpenAi => crate::media::Api::OpenAi,
+            ChannelProtocol::DashScope => crate::media::Api::DashScope,
+            ChannelProtocol::Anthropic
+            | ChannelProtocol::Gemini
+            | ChannelProtocol::VideoA
+            | ChannelProtocol::VideoB => crate::media::Api::None,
+        }
+    }
+
     /// Whether chat-style requests (and translations between them) can go here.
     pub fn serves_chat(self) -> bool {
         !matches!(

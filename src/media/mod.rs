@@ -7,7 +7,6 @@ pub mod images;
 pub mod multipart;
 pub mod text;
 
-use crate::channels::ChannelProtocol;
 use crate::errors::GatewayError;
 use bytes::Bytes;
 use serde_json::Value;
@@ -56,30 +55,42 @@ impl Media {
     }
 
     /// Whether a request of this endpoint, in the shape it came (`multipart` or JSON),
-    /// goes to a channel of this protocol: native image edits to DashScope's API, the
+    /// goes to a channel that speaks `api`: native image edits to DashScope's API, the
     /// rest to OpenAI-style upstreams.
-    pub fn served_by(&self, protocol: ChannelProtocol, multipart: bool) -> bool {
+    pub fn served_by(&self, api: Api, multipart: bool) -> bool {
         match self {
-            Media::ImageEdit if !multipart => protocol == ChannelProtocol::DashScope,
-            _ => protocol == ChannelProtocol::OpenAi,
+            Media::ImageEdit if !multipart => api == Api::DashScope,
+            _ => api == Api::OpenAi,
         }
     }
 
-    /// The path on a channel of this protocol.
-    pub fn path_on(&self, protocol: ChannelProtocol) -> &'static str {
-        match (self, protocol) {
-            (Media::ImageEdit, ChannelProtocol::DashScope) => images::DASHSCOPE_EDIT_PATH,
+    /// The path on a channel that speaks `api`.
+    pub fn path_on(&self, api: Api) -> &'static str {
+        match (self, api) {
+            (Media::ImageEdit, Api::DashScope) => images::DASHSCOPE_EDIT_PATH,
             _ => self.upstream_path(),
         }
     }
 
-    /// A successful answer of a channel of this protocol, in the client's shape.
-    pub fn answer_from(&self, protocol: ChannelProtocol, answer: Bytes) -> Bytes {
-        match (self, protocol) {
-            (Media::ImageEdit, ChannelProtocol::DashScope) => images::from_dashscope(answer),
+    /// A successful answer of a channel that speaks `api`, in the client's shape.
+    pub fn answer_from(&self, api: Api, answer: Bytes) -> Bytes {
+        match (self, api) {
+            (Media::ImageEdit, Api::DashScope) => images::from_dashscope(answer),
             _ => answer,
         }
     }
+}
+
+/// The vendor APIs the media endpoints are sent to (which channel protocol speaks which
+/// is the channel's to say: `ChannelProtocol::media_api`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// The OpenAI API's media endpoints (and the rerank API at the same base).
+    OpenAi,
+    /// DashScope's multimodal generation, for native image edits.
+    DashScope,
+    /// Not a media upstream.
+    None,
 }
 
 /// A JSON object body, or the 400 that says why not.

@@ -238,7 +238,7 @@ pub async fn handle(
         .router
         .candidates(&plan.model)
         .into_iter()
-        .filter(|c| media.served_by(c.protocol, plan.form.is_some()))
+        .filter(|c| media.served_by(c.protocol.media_api(), plan.form.is_some()))
         .collect();
     if candidates.is_empty() {
         return Err(GatewayError::ModelNotFound(plan.model));
@@ -284,7 +284,7 @@ async fn exchange(
     for channel in candidates {
         let out = Outgoing {
             method: "POST",
-            path: media.path_on(channel.protocol),
+            path: media.path_on(channel.protocol.media_api()),
             body: body_for(plan, channel.upstream_model(&plan.model)),
             content_type: &plan.content_type,
             stream: false,
@@ -319,7 +319,7 @@ async fn exchange(
         }
         let answer = ex.body(gw.config.limits.max_response_bytes).await?;
         ex.finish(gw).await;
-        let answer = media.answer_from(channel.protocol, answer);
+        let answer = media.answer_from(channel.protocol.media_api(), answer);
         let (cost, usage) = actual(price, plan, &answer, worst);
         settle(ctx, guard, cost, usage, 200).await;
         let answer = client_model(answer, &content_type, &plan.model);
