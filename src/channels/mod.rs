@@ -1,12 +1,14 @@
 //! Upstream channels: where a model is served, in which order channels are tried, how the
 //! model name is mapped, and how to reach the upstream.
 
+pub mod credentials;
 mod resolve;
 
 use crate::config::raw::RawChannel;
 use crate::config::{config_err, ConfigError};
 use crate::ids;
 use crate::protocol::Protocol;
+use credentials::Signer;
 use pingora::upstreams::peer::HttpPeer;
 use resolve::Resolver;
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +25,9 @@ pub enum ChannelProtocol {
     VideoA,
     /// Video tasks only: the `?Action=&Version=` API of spec 4.14.
     VideoB,
+    /// Image edits in the native shape of spec 4.7 only: DashScope's
+    /// multimodal-generation API.
+    DashScope,
 }
 
 impl ChannelProtocol {
@@ -32,6 +37,7 @@ impl ChannelProtocol {
         ChannelProtocol::Gemini,
         ChannelProtocol::VideoA,
         ChannelProtocol::VideoB,
+        ChannelProtocol::DashScope,
     ];
 
     pub fn parse(s: &str) -> Option<ChannelProtocol> {
@@ -41,6 +47,7 @@ impl ChannelProtocol {
             "gemini" => Some(ChannelProtocol::Gemini),
             "video-a" => Some(ChannelProtocol::VideoA),
             "video-b" => Some(ChannelProtocol::VideoB),
+            "dashscope" => Some(ChannelProtocol::DashScope),
             _ => None,
         }
     }
@@ -52,21 +59,38 @@ impl ChannelProtocol {
             ChannelProtocol::Gemini => "gemini",
             ChannelProtocol::VideoA => "video-a",
             ChannelProtocol::VideoB => "video-b",
+            ChannelProtocol::DashScope => "dashscope",
+        }
+    }
+
+    /// The media API a channel of this protocol speaks.
+    pub fn media_api(self) -> crate::media::Api {
+        match self {
+            ChannelProtocol::OpenAi => crate::media::Api::OpenAi,
+            ChannelProtocol::DashScope => crate::media::Api::DashScope,
+            ChannelProtocol::Anthropic
+            | ChannelProtocol::Gemini
+            | ChannelProtocol::VideoA
+            | ChannelProtocol::VideoB => crate::media::Api::None,
         }
     }
 
     /// Whether chat-style requests (and translations between them) can go here.
     pub fn serves_chat(self) -> bool {
-        !matches!(self, ChannelProtocol::VideoA | ChannelProtocol::VideoB)
+        !matches!(
+            self,
+            ChannelProtocol::VideoA | ChannelProtocol::VideoB | ChannelProtocol::DashScope
+        )
     }
 
-    /// The wire protocol used for chat-style requests to this upstream. Video channels
-    /// are never offered chat requests ([`Router::chat_candidates`]).
+    /// The wire protocol used for chat-style requests to this upstream. Video and image
+    /// edit channels are never offered chat requests ([`Router::chat_candidates`]).
     pub fn wire(self) -> Protocol {
         match self {
-            ChannelProtocol::OpenAi | ChannelProtocol::VideoA | ChannelProtocol::VideoB => {
-                Protocol::Chat
-            }
+            ChannelProtocol::OpenAi
+            | ChannelProtocol::VideoA
+            | ChannelProtocol::VideoB
+            | ChannelProtocol::DashScope => Protocol::Chat,
             ChannelProtocol::Anthropic => Protocol::Messages,
             ChannelProtocol::Gemini => Protocol::Gemini,
         }
@@ -85,6 +109,9 @@ pub struct Channel {
     pub path_prefix: String,
     /// Injected toward the upstream; never logged, never shown.
     pub api_key: String,
+    /// Signs each request instead (`video-a`: Kling's JWT; `video-b`: Volcengine's
+    /// signature), when the channel has a key pair.
+    pub signer: Option<Signer>,
     pub models: Vec<String>,
     pub model_map: BTreeMap<String, String>,
     /// Serves the Responses API natively (`openai` channels).
@@ -183,6 +210,7 @@ impl Channel {
                 ))
             }
         };
+        let signer = signer(&c, protocol, path)?;
         Ok(Channel {
             chat_limit_field,
             resolver: Resolver::new(host.clone(), port),
@@ -193,6 +221,7 @@ impl Channel {
             port,
             path_prefix,
             api_key: c.api_key,
+            signer,
             models: c.models,
             model_map: c.model_map,
             responses_api: c.responses_api,
@@ -242,6 +271,9 @@ impl Channel {
             } else {
                 String::new()
             },
+            // Result URLs are pre-signed or public: a signature of ours would not fit.
+            access_key: String::new(),
+            secret_key: String::new(),
             models: vec![String::from("-")],
             model_map: BTreeMap::new(),
             responses_api: false,
@@ -287,6 +319,52 @@ impl Channel {
         o.idle_timeout = Some(Duration::from_secs(90));
         Ok(peer)
     }
+}
+
+/// The signer of a channel with a key pair: both keys or neither, and only on the video
+/// protocols whose vendors sign requests (without a pair they take `api_key` as a bearer
+/// key, e.g. behind a signing proxy).
+fn signer(
+    c: &RawChannel,
+    protocol: ChannelProtocol,
+    path: &str,
+) -> Result<Option<Signer>, ConfigError> {
+    let (ak, sk) = (c.access_key.trim(), c.secret_key.trim());
+    if ak.is_empty() && sk.is_empty() {
+        return Ok(None);
+    }
+    if !matches!(protocol, ChannelProtocol::VideoA | ChannelProtocol::VideoB) {
+        let field = if ak.is_empty() {
+            "secret_key"
+        } else {
+            "access_key"
+        };
+        return Err(config_err(
+            format!("{path}.{field}"),
+            "only `video-a` and `video-b` channels sign requests with a key pair; use `api_key`",
+        ));
+    }
+    if ak.is_empty() || sk.is_empty() {
+        let missing = if ak.is_empty() {
+            "access_key"
+        } else {
+            "secret_key"
+        };
+        return Err(config_err(
+            format!("{path}.{missing}"),
+            "is required with the other key of the pair",
+        ));
+    }
+    if !c.api_key.is_empty() {
+        return Err(config_err(
+            format!("{path}.api_key"),
+            "a channel that signs with `access_key` and `secret_key` takes no `api_key`",
+        ));
+    }
+    Ok(Some(match protocol {
+        ChannelProtocol::VideoA => Signer::Kling(credentials::KlingJwt::new(ak, sk)),
+        _ => Signer::Volcengine(credentials::Volcengine::new(ak, sk)),
+    }))
 }
 
 /// Model → channels, built once from the configuration.
@@ -374,6 +452,8 @@ mod tests {
             protocol: "openai".into(),
             base_url: "http://127.0.0.1:9/prefix/".into(),
             api_key: String::new(),
+            access_key: String::new(),
+            secret_key: String::new(),
             models: vec!["m".into()],
             model_map: BTreeMap::new(),
             responses_api: false,
@@ -400,6 +480,49 @@ mod tests {
         }
         // weight 3 vs 1: `a` first about 75% of the time
         assert!((2700..3300).contains(&first_a), "{first_a}");
+    }
+
+    #[test]
+    fn key_pairs_only_whole_and_only_on_signing_protocols() {
+        let raw = |protocol: &str, api: &str, ak: &str, sk: &str| RawChannel {
+            name: "v".into(),
+            protocol: protocol.into(),
+            base_url: "https://visual.volcengineapi.com".into(),
+            api_key: api.into(),
+            access_key: ak.into(),
+            secret_key: sk.into(),
+            models: vec!["m".into()],
+            model_map: BTreeMap::new(),
+            responses_api: false,
+            max_tokens_field: None,
+            priority: 0,
+            weight: 1,
+            connect_timeout_secs: 1,
+            read_timeout_secs: 1,
+        };
+        let path_of = |r| Channel::from_raw(r, "c").unwrap_err().path;
+        assert!(matches!(
+            Channel::from_raw(raw("video-a", "", "ak", "sk"), "c")
+                .unwrap()
+                .signer,
+            Some(Signer::Kling(_))
+        ));
+        assert!(matches!(
+            Channel::from_raw(raw("video-b", "", "ak", "sk"), "c")
+                .unwrap()
+                .signer,
+            Some(Signer::Volcengine(_))
+        ));
+        assert!(Channel::from_raw(raw("video-b", "k", "", ""), "c")
+            .unwrap()
+            .signer
+            .is_none());
+        assert_eq!(path_of(raw("video-b", "", "ak", "")), "c.secret_key");
+        assert_eq!(path_of(raw("video-a", "", "", "sk")), "c.access_key");
+        assert_eq!(path_of(raw("openai", "", "ak", "sk")), "c.access_key");
+        assert_eq!(path_of(raw("video-a", "k", "ak", "sk")), "c.api_key");
+        let c = Channel::from_raw(raw("video-a", "", "ak-secret", "sk-secret"), "c").unwrap();
+        assert!(!format!("{c:?}").contains("secret"), "keys never printed");
     }
 
     #[test]

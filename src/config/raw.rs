@@ -163,6 +163,12 @@ pub struct RawChannel {
     pub base_url: String,
     #[serde(default)]
     pub api_key: String,
+    /// `video-a` (Kling) and `video-b` (Volcengine) channels: the key pair that signs
+    /// each request, instead of `api_key`. Give them as `${VAR}`.
+    #[serde(default)]
+    pub access_key: String,
+    #[serde(default)]
+    pub secret_key: String,
     pub models: Vec<String>,
     #[serde(default)]
     pub model_map: BTreeMap<String, String>,

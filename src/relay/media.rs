@@ -8,12 +8,12 @@ use super::body;
 use super::exchange;
 use super::meter::{Bounds, Call, Cost, Delivery, Meter, Request};
 use crate::billing::{input_token_bound, Price};
-use crate::channels::{Channel, ChannelProtocol};
+use crate::channels::Channel;
 use crate::errors::GatewayError;
 use crate::gateway::Gateway;
 use crate::media::images::{self, ImageJob};
 use crate::media::multipart::{self, Form};
-use crate::media::{audio, text, Media};
+use crate::media::{audio, parse_json, text, Api, Media};
 use crate::protocol::Usage;
 use crate::request::{Answer, Ctx};
 use crate::store::Micros;
@@ -53,22 +53,20 @@ struct Plan {
     charge: Charge,
 }
 
-/// A JSON object body, or the 400 that says why not.
-pub(crate) fn parse_json(raw: &[u8]) -> Result<Value, GatewayError> {
-    let v: Value = serde_json::from_slice(raw).map_err(|e| {
-        GatewayError::bad_request(None, format!("The request body is not valid JSON: {e}."))
-    })?;
-    if v.is_object() {
-        Ok(v)
-    } else {
-        Err(GatewayError::bad_request(
-            None,
-            "The request body must be a JSON object.",
-        ))
-    }
-}
-
 fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<Plan, GatewayError> {
+    // The SDKs' image edits are multipart; the native shape of spec 4.7 is JSON.
+    if let (Media::ImageEdit, Some(boundary)) = (media, multipart::boundary(content_type)) {
+        let edit = images::check_edit_form(raw, &boundary, &gw.config.image_families)?;
+        return Ok(Plan {
+            model: edit.job.model.clone(),
+            body: edit.body,
+            json: None,
+            rewrite: false,
+            form: Some(edit.form),
+            content_type: content_type.to_string(),
+            charge: Charge::Images(edit.job),
+        });
+    }
     if media.is_multipart() {
         let boundary = multipart::boundary(content_type).ok_or_else(|| {
             GatewayError::bad_request(None, "The request must be multipart/form-data.")
@@ -97,6 +95,7 @@ fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<P
         }
         Media::ImageEdit => {
             let job = images::check_edit(&json, &gw.config.image_families)?;
+            images::to_dashscope(&mut json);
             (job.model.clone(), Charge::Images(job))
         }
         Media::Speech => {
@@ -117,8 +116,9 @@ fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<P
         model,
         body: raw,
         json: Some(json),
-        // A defaulted model (images, moderation) is written into the body sent upstream.
-        rewrite: !named_model || matches!(media, Media::Embeddings(Some(_))),
+        // A defaulted model (images, moderation) is written into the body sent upstream,
+        // and so are native edits (their sizes are respelled for the vendor).
+        rewrite: !named_model || matches!(media, Media::Embeddings(Some(_)) | Media::ImageEdit),
         form: None,
         content_type: "application/json".into(),
         charge,
@@ -257,7 +257,7 @@ pub async fn handle(
         .router
         .candidates(&plan.model)
         .into_iter()
-        .filter(|c| c.protocol == ChannelProtocol::OpenAi)
+        .filter(|c| media.served_by(c.protocol.media_api(), plan.form.is_some()))
         .collect();
     if candidates.is_empty() {
         return Err(GatewayError::ModelNotFound(plan.model));
@@ -271,6 +271,7 @@ pub async fn handle(
         plan,
         price: price.clone(),
         worst: worst.max(1),
+        api: Api::OpenAi,
     };
     let headers = session.req_header().headers.clone();
     exchange::run(gw, ctx, &headers, &candidates, request).await
@@ -283,6 +284,8 @@ struct MediaRequest {
     plan: Plan,
     price: Price,
     worst: Micros,
+    /// The API of the channel called last (its answer may need reshaping).
+    api: Api,
 }
 
 impl Request for MediaRequest {
@@ -298,9 +301,10 @@ impl Request for MediaRequest {
     fn grant(&mut self, _granted: Micros) {}
 
     fn call(&mut self, channel: &Channel, _last: bool) -> Result<Call, GatewayError> {
+        self.api = channel.protocol.media_api();
         Ok(Call {
             method: "POST",
-            path: self.media.upstream_path().to_string(),
+            path: self.media.path_on(channel.protocol.media_api()).to_string(),
             body: body_for(&self.plan, channel.upstream_model(&self.plan.model)),
             content_type: self.plan.content_type.clone(),
             stream: false,
@@ -310,6 +314,8 @@ impl Request for MediaRequest {
     fn meter(self, _request_id: &str) -> MediaMeter {
         MediaMeter {
             speech: self.media == Media::Speech,
+            media: self.media,
+            api: self.api,
             plan: self.plan,
             price: self.price,
             worst: self.worst,
@@ -320,6 +326,8 @@ impl Request for MediaRequest {
 
 struct MediaMeter {
     speech: bool,
+    media: Media,
+    api: Api,
     plan: Plan,
     price: Price,
     worst: Micros,
@@ -345,6 +353,7 @@ impl Meter for MediaMeter {
     }
 
     fn whole(&mut self, body: Bytes, content_type: &str) -> Result<(Bytes, String), GatewayError> {
+        let body = self.media.answer_from(self.api, body);
         self.cost = actual(&self.price, &self.plan, &body, self.worst);
         let answer = client_model(body, content_type, &self.plan.model);
         let ct = match content_type {

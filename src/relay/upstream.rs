@@ -180,9 +180,24 @@ fn request_header(channel: &Channel, out: &Outgoing<'_>) -> pingora::Result<Requ
         concat!("model-gateway/", env!("CARGO_PKG_VERSION")),
     )?;
     let key = channel.api_key.as_str();
+    if let Some(signer) = &channel.signer {
+        let req = crate::channels::credentials::Request {
+            method: out.method,
+            path: &path,
+            host: &channel.authority(),
+            content_type: (out.method != "GET").then_some(out.content_type),
+            body: &out.body,
+        };
+        for (name, value) in signer.headers(&req, crate::ids::now_secs()) {
+            h.insert_header(name, value)?;
+        }
+    }
     match channel.protocol {
-        ChannelProtocol::OpenAi | ChannelProtocol::VideoA | ChannelProtocol::VideoB => {
-            if !key.is_empty() {
+        ChannelProtocol::OpenAi
+        | ChannelProtocol::VideoA
+        | ChannelProtocol::VideoB
+        | ChannelProtocol::DashScope => {
+            if !key.is_empty() && channel.signer.is_none() {
                 h.insert_header(http::header::AUTHORIZATION, format!("Bearer {key}"))?;
             }
         }

@@ -37,12 +37,48 @@ pub struct VideoJob {
     /// Fields passed on as they are to upstreams that take them (`metadata`,
     /// `response_format`, `user`, `negative_prompt`, ...).
     pub extra: Map<String, Value>,
+    /// What the client called the fields an upstream may not be able to express, so a
+    /// 400 names the one the client sent.
+    pub names: Names,
+}
+
+/// The client's names for the duration, the frame size and the reference image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Names {
+    pub seconds: &'static str,
+    /// `size` (`WxH`), or `width` where width and height are separate fields.
+    pub size: &'static str,
+    pub image: &'static str,
+}
+
+impl Names {
+    /// The task-style bodies (4.12, 4.15).
+    pub const TASK: Names = Names {
+        seconds: "duration",
+        size: "width",
+        image: "image",
+    };
+    /// `/v1/videos` (4.8).
+    pub const VIDEOS: Names = Names {
+        seconds: "seconds",
+        size: "size",
+        image: "input_reference",
+    };
 }
 
 /// Limits that come from the configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
     pub max_seconds: f64,
+}
+
+/// Seconds as the videos API writes them: `"4"`, or `"2.5"`.
+pub fn seconds_text(s: f64) -> String {
+    if s.fract() == 0.0 && s < 1e15 {
+        format!("{}", s as i64)
+    } else {
+        format!("{s}")
+    }
 }
 
 impl VideoJob {
@@ -209,11 +245,15 @@ fn task_job(
     prompt: String,
     image: Option<Image>,
     extra: Map<String, Value>,
+    mut names: Names,
     b: Bounds,
 ) -> Result<VideoJob, Invalid> {
     let seconds = match (obj.get("duration"), obj.get("seconds")) {
         (Some(v), _) if !v.is_null() => Some(seconds_value(v, "duration", b)?),
-        (_, Some(v)) if !v.is_null() => Some(seconds_value(v, "seconds", b)?),
+        (_, Some(v)) if !v.is_null() => {
+            names.seconds = "seconds";
+            Some(seconds_value(v, "seconds", b)?)
+        }
         _ => None,
     };
     Ok(VideoJob {
@@ -227,6 +267,7 @@ fn task_job(
         n: count(obj)?,
         image,
         extra,
+        names,
     })
 }
 
@@ -252,7 +293,7 @@ pub fn from_task_json(body: &Value, needs_image: bool, b: Bounds) -> Result<Vide
         .filter(|(k, _)| !TASK_FIELDS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    task_job(obj, model, prompt, image, extra, b)
+    task_job(obj, model, prompt, image, extra, Names::TASK, b)
 }
 
 /// The fields of spec 4.8, however they were sent; the reference image is read last, so
@@ -286,6 +327,7 @@ fn videos_job(
         n: 1,
         image: image()?,
         extra: Map::new(),
+        names: Names::VIDEOS,
     })
 }
 
@@ -371,6 +413,10 @@ pub fn from_video_b(body: &Value, b: Bounds) -> Result<VideoJob, Invalid> {
             )),
         }
     };
+    let mut names = Names {
+        image: "binary_data_base64",
+        ..Names::TASK
+    };
     let image = match list("binary_data_base64")?.first() {
         Some(s) => {
             let img = image_text(s, "binary_data_base64")?;
@@ -383,11 +429,14 @@ pub fn from_video_b(body: &Value, b: Bounds) -> Result<VideoJob, Invalid> {
             Some(img)
         }
         None => match list("image_urls")?.first() {
-            Some(u) => Some(image_text(u, "image_urls")?),
+            Some(u) => {
+                names.image = "image_urls";
+                Some(image_text(u, "image_urls")?)
+            }
             None => None,
         },
     };
-    task_job(obj, model, prompt, image, Map::new(), b)
+    task_job(obj, model, prompt, image, Map::new(), names, b)
 }
 
 #[cfg(test)]

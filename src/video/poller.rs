@@ -12,9 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
 
-/// Tasks claimed per round; the rest wait for the next round.
+/// Tasks claimed at once; the rest wait for the next claim.
 const CLAIM_BATCH: usize = 32;
-/// The longest pause between two rounds.
+/// Polls in flight at once on this instance.
+const MAX_IN_FLIGHT: usize = 256;
+/// The longest pause between two claims.
 const MAX_TICK: Duration = Duration::from_secs(1);
 
 pub struct Poller {
@@ -26,14 +28,15 @@ impl Poller {
         Poller { gw }
     }
 
-    /// Claims what is due and polls it, all claimed tasks at once. Returns how many
-    /// tasks were claimed.
-    pub async fn round(&self) -> usize {
+    /// Claims up to `room` due tasks and starts a poll of each in `set`. Returns how many
+    /// tasks were claimed. A poll runs on its own: one upstream that is slow to answer
+    /// (up to the channel's read timeout) never holds up the tasks of another.
+    async fn claim(&self, set: &mut JoinSet<()>, room: usize) -> usize {
         let lease = self.gw.config.video.lease.as_millis() as i64;
         let refs = match self
             .gw
             .store
-            .claim_due_tasks(ids::now_ms(), lease, CLAIM_BATCH)
+            .claim_due_tasks(ids::now_ms(), lease, room.min(CLAIM_BATCH))
             .await
         {
             Ok(r) => r,
@@ -43,14 +46,12 @@ impl Poller {
             }
         };
         let n = refs.len();
-        let mut set = JoinSet::new();
         for r in refs {
             let gw = self.gw.clone();
             set.spawn(async move {
                 poll_once(&gw, &r).await;
             });
         }
-        while set.join_next().await.is_some() {}
         n
     }
 }
@@ -64,16 +65,23 @@ impl BackgroundService for Poller {
             .video
             .poll_interval
             .clamp(Duration::from_millis(10), MAX_TICK);
+        let mut set = JoinSet::new();
         loop {
             if *shutdown.borrow() {
+                set.abort_all();
                 return;
             }
+            while set.try_join_next().is_some() {}
+            let room = MAX_IN_FLIGHT.saturating_sub(set.len());
             // A full batch means more is due now: go again without waiting.
-            if self.round().await == CLAIM_BATCH {
+            if room > 0 && self.claim(&mut set, room).await == room.min(CLAIM_BATCH) {
                 continue;
             }
             tokio::select! {
-                _ = shutdown.changed() => return,
+                _ = shutdown.changed() => {
+                    set.abort_all();
+                    return;
+                }
                 _ = tokio::time::sleep(tick) => {}
             }
         }

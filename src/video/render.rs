@@ -2,20 +2,12 @@
 //! status record of spec 2.3 (every task-style endpoint), and the submission answers.
 //! The upstream's id and URLs never appear; the video is downloaded through the gateway.
 
+use super::job::seconds_text;
 use crate::store::tasks::{TaskRecord, TaskStatus};
 use serde_json::{json, Map, Value};
 
 /// How long a finished video stays downloadable, as the job record announces it.
 pub const CONTENT_TTL_SECS: i64 = 24 * 3600;
-
-/// Seconds as the videos API writes them: `"4"`, or `"2.5"`.
-pub fn seconds_text(s: f64) -> String {
-    if s.fract() == 0.0 && s < 1e15 {
-        format!("{}", s as i64)
-    } else {
-        format!("{s}")
-    }
-}
 
 /// `metadata` of spec 2.3: what the finished video is.
 fn metadata(t: &TaskRecord) -> Option<Value> {
@@ -109,10 +101,13 @@ pub fn submitted(t: &TaskRecord) -> Value {
     json!({"task_id": t.id, "status": t.status.as_str()})
 }
 
+/// `code` of a successful answer in the `/video-b/` client shape (spec 4.14).
+const VIDEO_B_SUCCESS: i64 = 10000;
+
 /// Spec 4.14: the `{code, message, data}` envelope of the second vendor's shape.
 pub fn video_b(data: Value, request_id: &str) -> Value {
     json!({
-        "code": crate::video::vendors::VIDEO_B_OK,
+        "code": VIDEO_B_SUCCESS,
         "message": "Success",
         "data": data,
         "request_id": request_id,

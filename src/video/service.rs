@@ -16,9 +16,8 @@ use crate::channels::{Channel, ChannelProtocol};
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use crate::ids;
-use crate::media::multipart;
+use crate::media::{multipart, parse_json};
 use crate::relay::body;
-use crate::relay::media::parse_json;
 use crate::relay::upstream::{Exchange, OpenError, Outgoing};
 use crate::request::Ctx;
 use crate::request::{respond_json, response_header};
@@ -191,23 +190,33 @@ async fn submit(
     if served.is_empty() {
         return Err(GatewayError::ModelNotFound(job.model));
     }
-    let candidates: Vec<Arc<Channel>> = served
+    let v = &gw.config.video;
+    // What each channel can be asked, decided before anything is reserved: a request
+    // no channel can express is a 400 naming the field.
+    let mut first_unfit = None;
+    let candidates: Vec<(Arc<Channel>, vendors::Plan)> = served
         .into_iter()
-        .filter(|c| vendors::accepts(c.protocol, &job))
+        .filter_map(
+            |c| match vendors::plan(c.protocol, &job, v.default_seconds) {
+                Ok(plan) => Some((c, plan)),
+                Err(unfit) => {
+                    first_unfit.get_or_insert(unfit);
+                    None
+                }
+            },
+        )
         .collect();
     if candidates.is_empty() {
-        return Err(GatewayError::bad_request(
-            Some(match shape {
-                Shape::Videos => "input_reference",
-                _ => "image",
-            }),
-            "This model takes its reference image as a file or Base64 data, not as a URL.",
-        ));
+        let unfit = first_unfit.ok_or(GatewayError::Internal)?;
+        return Err(GatewayError::bad_request(Some(unfit.param), unfit.message));
     }
     let price = per_second(gw, &job.model)
         .ok_or_else(|| GatewayError::ModelNotPriced(job.model.clone()))?;
-    let v = &gw.config.video;
-    let seconds = job.seconds.unwrap_or(v.default_seconds);
+    // The dearest length any candidate would be asked for.
+    let seconds = candidates
+        .iter()
+        .map(|(_, plan)| plan.seconds)
+        .fold(0.0, f64::max);
     let worst = price
         .video(seconds, job.n)
         .ok_or_else(|| GatewayError::ModelNotPriced(job.model.clone()))?
@@ -225,9 +234,9 @@ async fn submit(
 
     let no_headers = http::HeaderMap::new();
     let mut failure = GatewayError::Upstream(UpstreamFailure::Connect);
-    for channel in candidates {
+    for (channel, plan) in candidates {
         let upstream_model = channel.upstream_model(&job.model).to_string();
-        let Some((call, kind)) = vendors::submit(channel.protocol, &job, &upstream_model, seconds)
+        let Some((call, kind)) = vendors::submit(channel.protocol, &job, &plan, &upstream_model)
         else {
             continue;
         };
@@ -245,11 +254,17 @@ async fn submit(
         }
         let answer = ex.body(STATUS_BODY_LIMIT).await?;
         ex.finish(gw).await;
-        let Some(upstream_id) = vendors::submitted(channel.protocol, &answer) else {
-            tracing::warn!(request_id = %ctx.request_id, channel = %channel.name,
-                body = %String::from_utf8_lossy(&answer[..answer.len().min(512)]),
-                "video submission answer not understood");
-            return Err(GatewayError::Upstream(UpstreamFailure::BadResponse));
+        let upstream_id = match vendors::submitted(channel.protocol, &answer) {
+            vendors::Submitted::Task(id) => id,
+            refused => {
+                tracing::warn!(request_id = %ctx.request_id, channel = %channel.name,
+                    body = %String::from_utf8_lossy(&answer[..answer.len().min(512)]),
+                    "video submission refused or not understood");
+                return Err(GatewayError::Upstream(match refused {
+                    vendors::Submitted::Refused(status) => UpstreamFailure::Status(status),
+                    _ => UpstreamFailure::BadResponse,
+                }));
+            }
         };
         let t = TaskRecord {
             id: id.clone(),
@@ -264,7 +279,7 @@ async fn submit(
             created_at: now,
             completed_at: None,
             deadline: now.saturating_add(timeout as i64),
-            seconds,
+            seconds: plan.seconds,
             size: job.size(),
             n: job.n,
             reserved: guard.amount(),
@@ -501,19 +516,15 @@ pub async fn poll_once(gw: &Gateway, r: &TaskRef) -> Option<TaskRecord> {
                 t.cost = completed_cost(gw, &t);
                 Some(finish(gw, t).await)
             }
-            TaskStatus::Failed => {
-                tracing::warn!(task = %t.id, channel = %t.channel,
-                    upstream = %p.failure.unwrap_or_default(), "video task failed upstream");
-                Some(
-                    fail(
-                        gw,
-                        t,
-                        "generation_failed",
-                        "The upstream could not generate this video; it was refunded.",
-                    )
-                    .await,
+            TaskStatus::Failed => Some(
+                fail(
+                    gw,
+                    t,
+                    "generation_failed",
+                    "The upstream could not generate this video; it was refunded.",
                 )
-            }
+                .await,
+            ),
             open => {
                 t.status = open;
                 if let Some(pr) = p.progress {
@@ -524,15 +535,11 @@ pub async fn poll_once(gw: &Gateway, r: &TaskRef) -> Option<TaskRecord> {
                 save(gw, t).await
             }
         },
-        Asked::Lost => Some(
-            fail(
-                gw,
-                t,
-                "generation_failed",
-                "The upstream no longer knows this task; it was refunded.",
-            )
-            .await,
-        ),
+        Asked::Failed(f) => {
+            tracing::warn!(task = %t.id, channel = %t.channel, upstream = %f.detail,
+                "video task failed upstream");
+            Some(fail(gw, t, "generation_failed", &f.message).await)
+        }
         Asked::Retry => save(gw, t).await,
     }
 }
@@ -547,40 +554,45 @@ async fn save(gw: &Gateway, t: TaskRecord) -> Option<TaskRecord> {
 
 enum Asked {
     Progress(vendors::Progress),
-    /// The upstream says the task does not exist.
-    Lost,
+    /// The upstream will never finish the task.
+    Failed(vendors::Failure),
     /// No answer worth acting on now (network, 5xx, 429, unreadable): ask again later.
     Retry,
 }
 
 async fn ask(gw: &Gateway, channel: &Arc<Channel>, t: &TaskRecord) -> Asked {
     let call = vendors::poll(channel.protocol, t, channel.upstream_model(&t.model));
-    let mut ex = match open(gw, channel.clone(), &call, &http::HeaderMap::new()).await {
-        Ok(ex) => ex,
-        Err(OpenError::NotSent(e) | OpenError::Sent(e)) => {
+    // The answer must come within the claim's lease (with room to save it): a poll that
+    // outlived it could overlap the next claimant's.
+    let within = gw.config.video.lease * 3 / 4;
+    let answer = tokio::time::timeout(within, async {
+        let mut ex = match open(gw, channel.clone(), &call, &http::HeaderMap::new()).await {
+            Ok(ex) => ex,
+            Err(OpenError::NotSent(e) | OpenError::Sent(e)) => return Err(e),
+        };
+        let status = ex.status();
+        let body = ex.body(STATUS_BODY_LIMIT).await;
+        ex.finish(gw).await;
+        Ok((status, body?))
+    })
+    .await;
+    let (status, body) = match answer {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => {
             tracing::debug!(task = %t.id, error = ?e, "video status poll failed");
             return Asked::Retry;
         }
+        Err(_) => {
+            tracing::warn!(task = %t.id, channel = %channel.name, "video status poll outlived its lease");
+            return Asked::Retry;
+        }
     };
-    let status = ex.status();
-    let body = ex.body(STATUS_BODY_LIMIT).await;
-    ex.finish(gw).await;
-    let Ok(body) = body else {
-        return Asked::Retry;
-    };
-    if status == 404 || status == 410 {
-        return Asked::Lost;
-    }
-    if !(200..300).contains(&status) {
-        tracing::warn!(task = %t.id, channel = %channel.name, status,
-            body = %String::from_utf8_lossy(&body[..body.len().min(512)]), "video status poll refused");
-        return Asked::Retry;
-    }
-    match vendors::progress(channel.protocol, &body) {
-        Some(p) => Asked::Progress(p),
-        None => {
-            tracing::warn!(task = %t.id, channel = %channel.name,
-                body = %String::from_utf8_lossy(&body[..body.len().min(512)]), "video status answer not understood");
+    match vendors::read_poll(channel.protocol, status, &body) {
+        vendors::Polled::Progress(p) => Asked::Progress(p),
+        vendors::Polled::Failed(f) => Asked::Failed(f),
+        vendors::Polled::Retry(why) => {
+            tracing::warn!(task = %t.id, channel = %channel.name, status, answer = %why,
+                "video status poll to be repeated");
             Asked::Retry
         }
     }

@@ -1,5 +1,6 @@
-"""The official `openai` SDK on the non-chat endpoints: images, speech, transcription,
-embeddings and moderation (mock upstream: tests/support/media_upstream.rs)."""
+"""The official `openai` SDK on the non-chat endpoints: images (generations and edits with
+files), speech, transcription, embeddings and moderation (mock upstream:
+tests/support/media_upstream.rs)."""
 
 import io
 import os
@@ -32,6 +33,41 @@ def test_images_rule_of_section_8_is_a_bad_request(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.images.generate(model="dall-e-3", prompt="a cat", n=2)
     assert e.value.body["param"] == "n"
+
+
+def png(width, height):
+    """A PNG header (signature and IHDR chunk) of the given size, then some bytes."""
+    ihdr = width.to_bytes(4, "big") + height.to_bytes(4, "big") + b"\x08\x06\x00\x00\x00"
+    return b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR" + ihdr + bytes(range(256))
+
+
+def test_images_edit_with_a_file(client):
+    r = client.images.edit(
+        model="dall-e-2",
+        image=("in.png", io.BytesIO(png(256, 256)), "image/png"),
+        prompt="add a red hat",
+        n=2,
+        size="256x256",
+    )
+    assert len(r.data) == 2
+    assert r.data[0].url == "https://img.example/1.png"
+
+
+def test_images_edit_with_several_files(client):
+    files = [("a.png", io.BytesIO(png(64, 64)), "image/png"), ("b.png", io.BytesIO(png(32, 32)), "image/png")]
+    r = client.images.edit(model="gpt-image-1", image=files, prompt="put them together", quality="high")
+    assert r.data[0].b64_json
+    assert r.usage.output_tokens == 1050
+
+
+def test_images_edit_rule_of_section_8_is_a_bad_request(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.images.edit(
+            model="dall-e-2",
+            image=("in.png", io.BytesIO(png(256, 256)), "image/png"),
+            prompt="x" * 1001,
+        )
+    assert e.value.body["param"] == "prompt"
 
 
 def test_speech(client):

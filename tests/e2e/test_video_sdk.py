@@ -71,3 +71,10 @@ def test_bad_seconds_is_a_bad_request(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.videos.create(model="sora-2", prompt="p", seconds="abc")
     assert e.value.body["param"] == "seconds"
+
+
+def test_a_length_the_upstream_cannot_make_is_a_bad_request(client):
+    # The videos API makes 4, 8 or 12 seconds: 5 is refused before anything is reserved.
+    with pytest.raises(openai.BadRequestError) as e:
+        client.videos.create(model="sora-2", prompt="p", seconds="5")
+    assert e.value.body["param"] == "seconds"

@@ -1,22 +1,30 @@
 //! Integration tests: real gateways in-process on ephemeral ports, mock upstreams in
 //! Rust, and a private `redis-server` per test that needs one.
 
+#[path = "../support/dashscope.rs"]
+mod dashscope;
 #[path = "../support/flaky_proxy.rs"]
 mod flaky_proxy;
 #[path = "../support/gateway.rs"]
 mod gateway;
 #[path = "../support/greedy_upstream.rs"]
 mod greedy_upstream;
+#[path = "../support/kling.rs"]
+mod kling;
 #[path = "../support/media_upstream.rs"]
 mod media_upstream;
 #[path = "../support/mock_upstream.rs"]
 mod mock_upstream;
+#[path = "../support/openai_videos.rs"]
+mod openai_videos;
 #[path = "../support/providers.rs"]
 mod providers;
 #[path = "../support/redis.rs"]
 mod redis_server;
 #[path = "../support/video_upstream.rs"]
 mod video_upstream;
+#[path = "../support/volcengine.rs"]
+mod volcengine;
 
 mod auth;
 mod cap;
@@ -26,6 +34,7 @@ mod chat;
 mod lifecycle;
 mod local;
 mod media;
+mod media_edits;
 mod protocols;
 mod quota;
 mod realtime;
@@ -33,3 +42,7 @@ mod sdk;
 mod stores;
 mod task_store;
 mod video;
+mod video_checks;
+mod video_instances;
+mod video_tasks;
+mod video_vendors;

@@ -15,7 +15,7 @@ pub fn channel(base: &str) -> String {
         "  - name: media\n\
          \x20   protocol: openai\n\
          \x20   base_url: \"{base}\"\n\
-         \x20   models: [dall-e-2, dall-e-3, gpt-image-1, qwen-image-edit, tts-1, whisper-1, text-embedding-3-small, rerank-v1, omni-moderation-latest, broken-model]\n\
+         \x20   models: [dall-e-2, dall-e-3, gpt-image-1, tts-1, whisper-1, text-embedding-3-small, rerank-v1, omni-moderation-latest, broken-model]\n\
          \x20   model_map: {{ whisper-1: whisper-large-v3 }}\n"
     )
 }
@@ -158,37 +158,6 @@ async fn image_generations_follow_section_8_and_bill_per_image_or_token() {
         "{text}"
     );
     assert_eq!(gw.used_micros(&id).await, spent);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn image_edits_take_the_native_shape() {
-    let (up, gw, key, id) = setup().await;
-    let body = json!({"model": "qwen-image-edit", "input": {"messages": [{"role": "user", "content": [
-        {"image": "https://img.example/in.png"}, {"text": "make it blue"}]}]},
-        "parameters": {"n": 1, "negative_prompt": "blurry", "watermark": false}});
-    let (s, _, text) = gw.post("/v1/images/edits", &key, &body).await;
-    assert_eq!(s, 200, "{text}");
-    let v: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["data"][0]["url"], "https://img.example/edit.png");
-    assert_eq!(up.last().path, "/v1/images/edits");
-    assert_eq!(
-        up.last().json()["input"],
-        body["input"],
-        "the native shape is forwarded"
-    );
-    assert_eq!(gw.used_micros(&id).await, 30_000);
-    let calls = up.requests().len();
-    for bad in [
-        json!({"model": "qwen-image-edit", "input": {"messages": [{"role": "user", "content": [{"text": "no image"}]}]}}),
-        json!({"model": "qwen-image-edit"}),
-        json!({"model": "qwen-image-edit", "input": {"messages": "x"}}),
-        json!({"model": "qwen-image-edit", "input": {"messages": [{"content": [{"image": "https://x/y.png", "text": "t"}]}]}, "parameters": {"n": 0}}),
-    ] {
-        let (s, _, text) = gw.post("/v1/images/edits/", &key, &bad).await;
-        assert_eq!(s, 400, "{bad}: {text}");
-        assert!(error_of(&text)["param"].is_string(), "{text}");
-    }
-    assert_eq!(up.requests().len(), calls);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -429,10 +398,6 @@ async fn every_media_endpoint_sanitizes_upstream_failures_and_refunds() {
     let json_cases = [
         ("/v1/images/generations", json!({"model": m, "prompt": "p"})),
         (
-            "/v1/images/edits",
-            json!({"model": m, "input": {"messages": [{"content": [{"image": "https://x/y.png"}, {"text": "t"}]}]}}),
-        ),
-        (
             "/v1/audio/speech",
             json!({"model": m, "input": "hi", "voice": "alloy"}),
         ),
@@ -450,6 +415,21 @@ async fn every_media_endpoint_sanitizes_upstream_failures_and_refunds() {
         assert_eq!(e["type"], "upstream_error", "{path}");
         assert!(!text.contains("gpu-node"), "{path}: {text}");
     }
+    let (ct, edit) = crate::media_edits::edit_form(
+        &[("model", m), ("prompt", "p")],
+        &[("image", b"img".to_vec())],
+    );
+    let r = gw
+        .http
+        .post(gw.url("/v1/images/edits"))
+        .bearer_auth(&key)
+        .header("content-type", ct)
+        .body(edit)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 500, "multipart edit");
+    assert!(!r.text().await.unwrap().contains("gpu-node"));
     for path in ["/v1/audio/transcriptions", "/v1/audio/translations"] {
         let (s, text) = upload(
             &gw,

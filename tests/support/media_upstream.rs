@@ -1,5 +1,6 @@
-//! An OpenAI-style upstream for the non-chat endpoints: images, speech, transcription,
-//! translation, embeddings, rerank and moderation, with fixed, checkable answers.
+//! An OpenAI-style upstream for the non-chat endpoints: images (generations, and edits as
+//! multipart), speech, transcription, translation, embeddings, rerank and moderation,
+//! with fixed, checkable answers.
 #![allow(dead_code)]
 
 use crate::mock_upstream::{End, MockUpstream, Recorded, Reply};
@@ -53,6 +54,7 @@ fn reply(r: &Recorded) -> Reply {
             end: End::Clean,
         },
         "/v1/audio/transcriptions" | "/v1/audio/translations" => transcription(r),
+        "/v1/images/edits" => edit(r),
         _ => {
             let Ok(b) = serde_json::from_slice::<Value>(&r.body) else {
                 return Reply::json(400, json!({"error": {"message": "not json"}}));
@@ -65,10 +67,6 @@ fn reply(r: &Recorded) -> Reply {
             }
             match path {
                 "/v1/images/generations" => images(&b),
-                "/v1/images/edits" => Reply::json(
-                    200,
-                    json!({"created": 1_700_000_000, "data": [{"url": "https://img.example/edit.png", "revised_prompt": "edited"}]}),
-                ),
                 "/v1/embeddings" => {
                     let n = b["input"].as_array().map_or(1, Vec::len);
                     let data: Vec<Value> = (0..n)
@@ -95,6 +93,48 @@ fn reply(r: &Recorded) -> Reply {
             }
         }
     }
+}
+
+/// `POST /v1/images/edits` as the OpenAI API reference describes it ("Create image
+/// edit"): multipart/form-data with `image` (or `image[]`) files, `prompt`, optional
+/// `model` (default `dall-e-2`), `n`, `size`, `mask`; the answer of the generations
+/// endpoint. A JSON body is refused as the API refuses it.
+fn edit(r: &Recorded) -> Reply {
+    let multipart = r
+        .header("content-type")
+        .is_some_and(|c| c.starts_with("multipart/form-data"));
+    if !multipart {
+        return Reply::json(
+            400,
+            json!({"error": {"message": "Expected multipart/form-data.", "type": "invalid_request_error"}}),
+        );
+    }
+    let text = String::from_utf8_lossy(&r.body);
+    let has_image =
+        text.contains("name=\"image\"; filename=") || text.contains("name=\"image[]\"; filename=");
+    let Some(prompt) = form_field(&r.body, "prompt") else {
+        return Reply::json(
+            400,
+            json!({"error": {"message": "Missing required parameter: 'prompt'."}}),
+        );
+    };
+    if !has_image {
+        return Reply::json(
+            400,
+            json!({"error": {"message": "Missing required parameter: 'image'."}}),
+        );
+    }
+    if prompt == "fail" {
+        return Reply::json(
+            400,
+            json!({"error": {"message": "rejected by internal-host-7 for key sk-upstream", "type": "invalid_request_error"}}),
+        );
+    }
+    let model = form_field(&r.body, "model").unwrap_or_else(|| "dall-e-2".into());
+    let n = form_field(&r.body, "n")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1);
+    images(&json!({"model": model, "n": n}))
 }
 
 fn images(b: &Value) -> Reply {

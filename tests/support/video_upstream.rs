@@ -1,26 +1,33 @@
-//! A video-generation upstream in the three shapes the gateway speaks to, on one server:
-//! the OpenAI-style videos API (`/v1/videos`), the task-style API of "video-a"
-//! (`/v1/videos/text2video|image2video`) and the `?Action=&Version=` API of "video-b".
+//! One server that speaks the three video vendors' APIs, each written from that vendor's
+//! published reference (see the modules): the OpenAI videos API ([`crate::openai_videos`],
+//! `/v1/videos`), Kling ([`crate::kling`], `/v1/videos/text2video|image2video`, JWT) and
+//! Jimeng on Volcengine's visual API ([`crate::volcengine`], `/?Action=...`, signed).
+//! This file holds what they share: the tasks and how they move on.
 //!
-//! Tasks advance only when they are polled (a status request of their shape): poll 1
+//! Tasks advance only when they are polled (a status request of their API): poll 1
 //! answers queued, poll 2 in progress, poll 3 and later completed. The prompt steers a
-//! task: "fail" fails it at poll 2, "forever" keeps it in progress, "gated" keeps it in
-//! progress until [`VideoUpstream::release`] and completes it at the next poll after that.
-//! Every poll is logged with the time it arrived and the status it got, and may be
-//! answered after a delay, so tests can prove no task is ever polled twice at once.
+//! task: "fail" fails it at poll 2 in the vendor's own failure shape; "quiet fail" too,
+//! where the vendor has a second shape (Jimeng: HTTP 200 with a non-10000 `code`);
+//! "expire" and "vanish" end it the vendor's way of saying the task is gone; "flaky" answers
+//! polls 1 and 2 with a transient error (rate limit or server error); "hang" never
+//! answers a poll in time; "forever" stays in progress; "gated" stays in progress until
+//! [`VideoUpstream::release`] and completes at the next poll after that. Every poll is
+//! logged with the time it arrived and the status it got, and may be answered after a
+//! delay, so tests can prove no task is ever polled twice at once.
 #![allow(dead_code)]
 
 use crate::mock_upstream::{End, MockUpstream, Recorded, Reply};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// The credential every request but a file download must carry.
+/// The bearer key of the OpenAI videos API.
 pub const API_KEY: &str = "upstream-video-key";
-/// The video-b API version this upstream accepts.
-pub const B_VERSION: &str = "2022-08-31";
 pub const VIDEO_LEN: usize = 256 * 1024;
+/// How long a "hang" poll waits before answering: longer than the test channels' read
+/// timeout, so the gateway gives up first.
+pub const HANG: Duration = Duration::from_secs(20);
 
 /// The bytes of every video this upstream produces: an MP4 signature, then a fixed
 /// pseudo-random pattern (every byte value occurs, CR/LF included).
@@ -37,36 +44,49 @@ pub fn video() -> &'static [u8] {
     })
 }
 
-/// Which of the three APIs a task was submitted through.
+/// Which API a task was submitted through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
     OpenAi,
-    A,
-    B,
+    Kling,
+    Jimeng,
 }
 
+/// What a poll shows, before each vendor writes it its own way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
     Queued,
     InProgress,
     Completed,
     Failed,
+    /// Failed, told the second way the vendor has (Jimeng: HTTP 200, non-10000 `code`).
+    QuietlyFailed,
+    /// The vendor no longer keeps the task (Jimeng `expired`).
+    Expired,
+    /// The vendor does not know the task (Jimeng `not_found`, OpenAI 404).
+    Vanished,
+    /// A rate limit or server error; the task itself is fine.
+    Transient,
+    /// No answer in time.
+    Hang,
 }
 
 /// One task as the upstream keeps it.
 #[derive(Debug, Clone)]
 pub struct Task {
-    /// The upstream's id: `video_<n>`, `a_<n>` or `b_<n>`.
+    /// Order of submission.
+    pub seq: u64,
+    /// The upstream's id: `video_<n>`, `<n>` (Kling) or `<n>` (Jimeng), unique here.
     pub id: String,
     pub shape: Shape,
-    /// `video` (OpenAI-style), `text2video` / `image2video` (video-a) or `video-b`.
+    /// `video` (OpenAI), `text2video` / `image2video` (Kling) or `jimeng`.
     pub kind: String,
-    /// The model (or `req_key`) as the upstream received it.
+    /// The model (`model`, `model_name` or `req_key`) as the upstream received it.
     pub model: String,
     pub prompt: String,
     pub seconds: f64,
-    pub width: u32,
-    pub height: u32,
+    /// Width and height (OpenAI), or the aspect ratio (Kling, Jimeng) as sent.
+    pub size: String,
     pub created_at: i64,
     /// Status polls so far.
     pub polls: u32,
@@ -90,13 +110,115 @@ struct State {
     polls: Vec<Poll>,
     released: bool,
     poll_delay: Option<Duration>,
-    /// Paths of requests refused for a missing or wrong credential.
-    unauthorized: Vec<String>,
+    /// Requests refused for a missing or wrong credential: path and why.
+    unauthorized: Vec<(String, String)>,
+    /// Kling tokens seen, in order.
+    tokens: Vec<String>,
+}
+
+/// The state the three vendor modules share.
+#[derive(Clone, Default)]
+pub struct Shared(Arc<Mutex<State>>);
+
+/// A poll counted: the task as it now stands, what it shows, and the delay to answer
+/// after.
+pub struct Polled {
+    pub task: Task,
+    pub status: Status,
+    pub delay: Option<Duration>,
+}
+
+impl Shared {
+    pub fn base(&self) -> String {
+        self.0.lock().unwrap().base.clone()
+    }
+
+    pub fn refuse(&self, path: &str, why: &str) {
+        self.0
+            .lock()
+            .unwrap()
+            .unauthorized
+            .push((path.to_string(), why.to_string()));
+    }
+
+    pub fn token_seen(&self, token: &str) {
+        self.0.lock().unwrap().tokens.push(token.to_string());
+    }
+
+    pub fn create(
+        &self,
+        shape: Shape,
+        kind: &str,
+        model: &str,
+        prompt: &str,
+        seconds: f64,
+        size: &str,
+    ) -> Task {
+        let mut st = self.0.lock().unwrap();
+        st.next += 1;
+        let id = match shape {
+            Shape::OpenAi => format!("video_{}", st.next),
+            // Both vendors hand out numeric ids.
+            Shape::Kling => format!("8{:017}", st.next),
+            Shape::Jimeng => format!("7{:018}", st.next),
+        };
+        let t = Task {
+            seq: st.next,
+            id,
+            shape,
+            kind: kind.to_string(),
+            model: model.to_string(),
+            prompt: prompt.to_string(),
+            seconds,
+            size: size.to_string(),
+            created_at: now(),
+            polls: 0,
+        };
+        st.tasks.insert(t.id.clone(), t.clone());
+        t
+    }
+
+    /// Counts and logs a poll of task `id` of this shape (and kind); `None` for a task
+    /// this API does not know.
+    pub fn poll(&self, id: &str, shape: Shape, kind: Option<&str>) -> Option<Polled> {
+        let mut st = self.0.lock().unwrap();
+        let released = st.released;
+        let delay = st.poll_delay;
+        let t = st.tasks.get_mut(id)?;
+        if t.shape != shape || kind.is_some_and(|k| k != t.kind) {
+            return None;
+        }
+        t.polls += 1;
+        let status = status_of(t, released);
+        let task = t.clone();
+        st.polls.push(Poll {
+            task: task.id.clone(),
+            at: Instant::now(),
+            status,
+        });
+        let delay = if status == Status::Hang {
+            Some(HANG)
+        } else {
+            delay
+        };
+        Some(Polled {
+            task,
+            status,
+            delay,
+        })
+    }
+
+    /// A task and what it shows now, without counting a poll.
+    pub fn peek(&self, id: &str) -> Option<(Task, Status)> {
+        let st = self.0.lock().unwrap();
+        let t = st.tasks.get(id)?;
+        Some((t.clone(), status_of(t, st.released)))
+    }
 }
 
 pub struct VideoUpstream {
     pub mock: MockUpstream,
-    state: Arc<Mutex<State>>,
+    shared: Shared,
 }
 
 impl VideoUpstream {
@@ -110,14 +232,12 @@ impl VideoUpstream {
     }
 
     async fn start_with(poll_delay: Option<Duration>) -> VideoUpstream {
-        let state = Arc::new(Mutex::new(State {
-            poll_delay,
-            ..State::default()
-        }));
-        let s = state.clone();
+        let shared = Shared::default();
+        shared.0.lock().unwrap().poll_delay = poll_delay;
+        let s = shared.clone();
         let mock = MockUpstream::start(move |r| handle(&s, r)).await;
-        state.lock().unwrap().base = mock.base_url();
-        VideoUpstream { mock, state }
+        shared.0.lock().unwrap().base = mock.base_url();
+        VideoUpstream { mock, shared }
     }
 
     pub fn base_url(&self) -> String {
@@ -126,21 +246,21 @@ impl VideoUpstream {
 
     /// Lets every "gated" task complete at its next poll.
     pub fn release(&self) {
-        self.state.lock().unwrap().released = true;
+        self.shared.0.lock().unwrap().released = true;
     }
 
     pub fn requests(&self) -> Vec<Recorded> {
         self.mock.requests()
     }
 
-    /// The task submissions received (of any shape, accepted or not).
+    /// The task submissions received (of any API, accepted or not).
     pub fn submits(&self) -> Vec<Recorded> {
         self.requests().into_iter().filter(is_submit).collect()
     }
 
     /// Every status poll, in arrival order.
     pub fn polls(&self) -> Vec<Poll> {
-        self.state.lock().unwrap().polls.clone()
+        self.shared.0.lock().unwrap().polls.clone()
     }
 
     /// The polls of one upstream task, in arrival order.
@@ -153,8 +273,16 @@ impl VideoUpstream {
 
     /// All tasks, in submission order.
     pub fn tasks(&self) -> Vec<Task> {
-        let mut v: Vec<Task> = self.state.lock().unwrap().tasks.values().cloned().collect();
-        v.sort_by_key(|t| t.id[t.id.find('_').unwrap() + 1..].parse::<u64>().unwrap());
+        let mut v: Vec<Task> = self
+            .shared
+            .0
+            .lock()
+            .unwrap()
+            .tasks
+            .values()
+            .cloned()
+            .collect();
+        v.sort_by_key(|t| t.seq);
         v
     }
 
@@ -173,13 +301,18 @@ impl VideoUpstream {
         v[0].clone()
     }
 
-    /// Paths of the requests refused for a missing or wrong credential.
-    pub fn unauthorized(&self) -> Vec<String> {
-        self.state.lock().unwrap().unauthorized.clone()
+    /// Requests refused for a missing or wrong credential: path and why.
+    pub fn unauthorized(&self) -> Vec<(String, String)> {
+        self.shared.0.lock().unwrap().unauthorized.clone()
+    }
+
+    /// The Kling tokens the gateway sent, in order.
+    pub fn kling_tokens(&self) -> Vec<String> {
+        self.shared.0.lock().unwrap().tokens.clone()
     }
 }
 
-/// Whether a request is a task submission of one of the three shapes.
+/// Whether a request is a task submission of one of the three APIs.
 pub fn is_submit(r: &Recorded) -> bool {
     let (path, query) = split_path(&r.path);
     r.method == "POST"
@@ -189,7 +322,7 @@ pub fn is_submit(r: &Recorded) -> bool {
         ) || query_param(query, "Action").as_deref() == Some("CVSync2AsyncSubmitTask"))
 }
 
-fn split_path(p: &str) -> (&str, &str) {
+pub fn split_path(p: &str) -> (&str, &str) {
     p.split_once('?').unwrap_or((p, ""))
 }
 
@@ -201,7 +334,7 @@ pub fn query_param(query: &str, name: &str) -> Option<String> {
         .map(|(_, v)| v.to_string())
 }
 
-fn now() -> i64 {
+pub fn now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -210,13 +343,29 @@ fn now() -> i64 {
 
 /// The status a task shows after `t.polls` polls.
 fn status_of(t: &Task, released: bool) -> Status {
+    let p = t.prompt.as_str();
+    if p.contains("hang") {
+        return Status::Hang;
+    }
+    if p.contains("flaky") {
+        return match t.polls {
+            0..=2 => Status::Transient,
+            _ => Status::Completed,
+        };
+    }
     if t.polls <= 1 {
         Status::Queued
-    } else if t.prompt.contains("fail") {
+    } else if p.contains("quiet fail") {
+        Status::QuietlyFailed
+    } else if p.contains("fail") {
         Status::Failed
-    } else if t.prompt.contains("forever") {
+    } else if p.contains("expire") {
+        Status::Expired
+    } else if p.contains("vanish") {
+        Status::Vanished
+    } else if p.contains("forever") {
         Status::InProgress
-    } else if t.prompt.contains("gated") {
+    } else if p.contains("gated") {
         if released {
             Status::Completed
         } else {
@@ -229,14 +378,15 @@ fn status_of(t: &Task, released: bool) -> Status {
     }
 }
 
-fn error(status: u16, message: &str) -> Reply {
-    Reply::json(
-        status,
-        json!({"error": {"message": message, "type": "invalid_request_error"}}),
-    )
+/// A reply after the poll's delay, if any.
+pub fn after(delay: Option<Duration>, reply: Reply) -> Reply {
+    match delay {
+        Some(d) => Reply::Delayed(d, Box::new(reply)),
+        None => reply,
+    }
 }
 
-fn video_reply() -> Reply {
+pub fn video_reply() -> Reply {
     let v = video();
     Reply::Chunked {
         status: 200,
@@ -247,49 +397,27 @@ fn video_reply() -> Reply {
     }
 }
 
-fn handle(state: &Mutex<State>, r: &Recorded) -> Reply {
-    let (path, query) = split_path(&r.path);
-    // File downloads (video-a and video-b result URLs) need no credential.
+/// Where a finished Kling or Jimeng video is downloaded: a storage path of this server
+/// (the vendors hand out their CDN's URLs), no credential needed.
+pub fn file_url(base: &str, id: &str) -> String {
+    format!("{base}/files/{id}.mp4")
+}
+
+fn handle(s: &Shared, r: &Recorded) -> Reply {
+    let (path, _) = split_path(&r.path);
     if r.method == "GET" {
         if let Some(file) = path.strip_prefix("/files/") {
-            let st = state.lock().unwrap();
             let id = file.strip_suffix(".mp4").unwrap_or("");
-            return match st.tasks.get(id) {
-                Some(t) if status_of(t, st.released) == Status::Completed => video_reply(),
-                _ => error(404, "no such file"),
+            return match s.peek(id) {
+                Some((_, Status::Completed)) => video_reply(),
+                _ => Reply::json(404, json!({"message": "no such file"})),
             };
         }
     }
-    if r.header("authorization") != Some(&format!("Bearer {API_KEY}")) {
-        state.lock().unwrap().unauthorized.push(r.path.clone());
-        return error(401, "invalid upstream credential");
-    }
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    match (r.method.as_str(), segs.as_slice()) {
-        ("POST", ["v1", "videos"]) => openai_submit(state, r),
-        ("GET", ["v1", "videos", id]) => poll(state, id, Shape::OpenAi, None),
-        ("GET", ["v1", "videos", id, "content"]) => {
-            let st = state.lock().unwrap();
-            match st.tasks.get(*id) {
-                Some(t)
-                    if t.shape == Shape::OpenAi
-                        && status_of(t, st.released) == Status::Completed =>
-                {
-                    video_reply()
-                }
-                Some(_) => error(404, "video is not ready"),
-                None => error(404, "no such video"),
-            }
-        }
-        ("POST", ["v1", "videos", kind @ ("text2video" | "image2video")]) => {
-            a_submit(state, r, kind)
-        }
-        ("GET", ["v1", "videos", kind @ ("text2video" | "image2video"), id]) => {
-            poll(state, id, Shape::A, Some(kind))
-        }
-        ("POST", [""]) => b_call(state, r, query),
-        _ => error(404, "no such path"),
-    }
+    crate::volcengine::route(s, r)
+        .or_else(|| crate::kling::route(s, r))
+        .or_else(|| crate::openai_videos::route(s, r))
+        .unwrap_or_else(|| Reply::json(404, json!({"error": {"message": "no such path"}})))
 }
 
 /// A form part of a multipart body.
@@ -380,301 +508,12 @@ pub fn form_file(r: &Recorded, name: &str) -> Option<Part> {
         .find(|p| p.name == name && p.filename.is_some())
 }
 
-/// A number given as a JSON number or a numeric string.
-fn number(v: &Value) -> Option<f64> {
-    v.as_f64()
-        .or_else(|| v.as_str().and_then(|s| s.trim().parse::<f64>().ok()))
-}
-
 /// `12` for 12.0, `2.5` for 2.5.
 pub fn seconds_text(s: f64) -> String {
     if s.fract() == 0.0 {
         format!("{}", s as i64)
     } else {
         format!("{s}")
-    }
-}
-
-fn parse_size(s: &str) -> Option<(u32, u32)> {
-    let (w, h) = s.split_once('x')?;
-    Some((w.parse().ok()?, h.parse().ok()?))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn new_task(
-    state: &Mutex<State>,
-    prefix: &str,
-    shape: Shape,
-    kind: &str,
-    model: &str,
-    prompt: &str,
-    seconds: f64,
-    (width, height): (u32, u32),
-) -> Task {
-    let mut st = state.lock().unwrap();
-    st.next += 1;
-    let t = Task {
-        id: format!("{prefix}_{}", st.next),
-        shape,
-        kind: kind.to_string(),
-        model: model.to_string(),
-        prompt: prompt.to_string(),
-        seconds,
-        width,
-        height,
-        created_at: now(),
-        polls: 0,
-    };
-    st.tasks.insert(t.id.clone(), t.clone());
-    t
-}
-
-fn openai_submit(state: &Mutex<State>, r: &Recorded) -> Reply {
-    let (model, prompt, seconds, size) = if multipart(r).is_some() {
-        (
-            form_text(r, "model"),
-            form_text(r, "prompt"),
-            form_text(r, "seconds"),
-            form_text(r, "size"),
-        )
-    } else if let Ok(b) = serde_json::from_slice::<Value>(&r.body) {
-        let text = |k: &str| match &b[k] {
-            Value::String(s) => Some(s.clone()),
-            Value::Number(n) => Some(n.to_string()),
-            _ => None,
-        };
-        (text("model"), text("prompt"), text("seconds"), text("size"))
-    } else {
-        return error(400, "expected multipart/form-data or JSON");
-    };
-    let (Some(model), Some(prompt)) = (model, prompt) else {
-        return error(400, "model and prompt are required");
-    };
-    let seconds = match seconds {
-        None => 4.0,
-        Some(s) => match s.parse::<f64>() {
-            Ok(v) if v > 0.0 => v,
-            _ => return error(400, "seconds must be a positive number"),
-        },
-    };
-    let size = match size {
-        None => (1280, 720),
-        Some(s) => match parse_size(&s) {
-            Some(wh) => wh,
-            None => return error(400, "size must be WxH"),
-        },
-    };
-    let t = new_task(
-        state,
-        "video",
-        Shape::OpenAi,
-        "video",
-        &model,
-        &prompt,
-        seconds,
-        size,
-    );
-    Reply::json(200, openai_object(&t, Status::Queued))
-}
-
-fn openai_object(t: &Task, s: Status) -> Value {
-    let (status, progress) = match s {
-        Status::Queued => ("queued", 0),
-        Status::InProgress => ("in_progress", 50),
-        Status::Completed => ("completed", 100),
-        Status::Failed => ("failed", 50),
-    };
-    let mut v = json!({
-        "id": t.id, "object": "video", "model": t.model, "status": status,
-        "progress": progress, "created_at": t.created_at,
-        "seconds": seconds_text(t.seconds), "size": format!("{}x{}", t.width, t.height),
-    });
-    if s == Status::Completed {
-        v["completed_at"] = json!(now());
-        v["expires_at"] = json!(now() + 3600);
-    }
-    if s == Status::Failed {
-        v["error"] = json!({"code": "moderation_blocked",
-            "message": "blocked by filter on gpu-node-7.internal (upstream-video-key)"});
-    }
-    v
-}
-
-fn a_submit(state: &Mutex<State>, r: &Recorded, kind: &str) -> Reply {
-    let Ok(b) = serde_json::from_slice::<Value>(&r.body) else {
-        return error(400, "body is not JSON");
-    };
-    let Some(model) = b["model"].as_str() else {
-        return error(400, "model is required");
-    };
-    let prompt = b["prompt"].as_str().unwrap_or("");
-    if kind == "text2video" && prompt.is_empty() {
-        return error(400, "prompt is required");
-    }
-    if kind == "image2video" && !b["image"].is_string() {
-        return error(400, "image is required");
-    }
-    let seconds = match &b["duration"] {
-        Value::Null => 5.0,
-        v => match number(v) {
-            Some(s) if s > 0.0 => s,
-            _ => return error(400, "duration must be a positive number"),
-        },
-    };
-    let dim = |k: &str, d: u32| b[k].as_u64().map_or(d, |v| v as u32);
-    let t = new_task(
-        state,
-        "a",
-        Shape::A,
-        kind,
-        model,
-        prompt,
-        seconds,
-        (dim("width", 1280), dim("height", 720)),
-    );
-    Reply::json(200, json!({"task_id": t.id, "status": "queued"}))
-}
-
-fn a_record(t: &Task, s: Status, base: &str) -> Value {
-    let status = match s {
-        Status::Queued => "queued",
-        Status::InProgress => "in_progress",
-        Status::Completed => "completed",
-        Status::Failed => "failed",
-    };
-    let mut v = json!({"task_id": t.id, "status": status});
-    if s == Status::Completed {
-        v["url"] = json!(format!("{base}/files/{}.mp4", t.id));
-        v["format"] = json!("mp4");
-        v["metadata"] = json!({"duration": t.seconds, "fps": 24, "width": t.width,
-            "height": t.height, "seed": 42});
-    }
-    if s == Status::Failed {
-        v["error"] = json!({"code": 500,
-            "message": "render worker crashed on internal-host-9 (upstream-video-key)"});
-    }
-    v
-}
-
-fn b_error(status: u16, code: u64, message: &str) -> Reply {
-    Reply::json(
-        status,
-        json!({"code": code, "message": message, "data": null}),
-    )
-}
-
-fn b_call(state: &Mutex<State>, r: &Recorded, query: &str) -> Reply {
-    if query_param(query, "Version").as_deref() != Some(B_VERSION) {
-        return b_error(400, 50400, "Invalid Version");
-    }
-    let Ok(b) = serde_json::from_slice::<Value>(&r.body) else {
-        return b_error(400, 50400, "body is not JSON");
-    };
-    match query_param(query, "Action").as_deref() {
-        Some("CVSync2AsyncSubmitTask") => {
-            let Some(model) = b["req_key"].as_str() else {
-                return b_error(400, 50400, "req_key is required");
-            };
-            let Some(prompt) = b["prompt"].as_str() else {
-                return b_error(400, 50400, "prompt is required");
-            };
-            if !(b["binary_data_base64"].is_null() || b["binary_data_base64"].is_array()) {
-                return b_error(400, 50400, "binary_data_base64 must be a list");
-            }
-            let seconds = match &b["duration"] {
-                Value::Null => 5.0,
-                v => match number(v) {
-                    Some(s) if s > 0.0 => s,
-                    _ => return b_error(400, 50400, "duration must be a positive number"),
-                },
-            };
-            let dim = |k: &str, d: u32| b[k].as_u64().map_or(d, |v| v as u32);
-            let t = new_task(
-                state,
-                "b",
-                Shape::B,
-                "video-b",
-                model,
-                prompt,
-                seconds,
-                (dim("width", 1280), dim("height", 720)),
-            );
-            Reply::json(
-                200,
-                json!({"code": 10000, "message": "Success", "data": {"task_id": t.id},
-                       "request_id": "b-req-1", "status": 10000, "time_elapsed": "12ms"}),
-            )
-        }
-        Some("CVSync2AsyncGetResult") => {
-            let Some(id) = b["task_id"].as_str() else {
-                return b_error(400, 50400, "task_id is required");
-            };
-            {
-                let st = state.lock().unwrap();
-                match st.tasks.get(id) {
-                    Some(t) if t.shape == Shape::B => {
-                        if let Some(k) = b["req_key"].as_str() {
-                            if k != t.model {
-                                return b_error(400, 50400, "req_key does not match the task");
-                            }
-                        }
-                    }
-                    _ => return b_error(400, 50400, "Invalid task_id"),
-                }
-            }
-            poll(state, id, Shape::B, None)
-        }
-        _ => b_error(400, 50400, "Invalid Action"),
-    }
-}
-
-/// A status poll: counts it, logs it, answers in the task's shape (after the poll delay).
-fn poll(state: &Mutex<State>, id: &str, shape: Shape, kind: Option<&str>) -> Reply {
-    let mut st = state.lock().unwrap();
-    let released = st.released;
-    let delay = st.poll_delay;
-    let base = st.base.clone();
-    let Some(t) = st.tasks.get_mut(id) else {
-        return error(404, "no such task");
-    };
-    if t.shape != shape || kind.is_some_and(|k| k != t.kind) {
-        return error(404, "no such task");
-    }
-    t.polls += 1;
-    let s = status_of(t, released);
-    let t = t.clone();
-    st.polls.push(Poll {
-        task: t.id.clone(),
-        at: Instant::now(),
-        status: s,
-    });
-    drop(st);
-    let reply = match shape {
-        Shape::OpenAi => Reply::json(200, openai_object(&t, s)),
-        Shape::A => Reply::json(200, a_record(&t, s, &base)),
-        Shape::B => match s {
-            Status::Failed => b_error(200, 50412, "Output Video Risk Not Pass"),
-            _ => {
-                let status = match s {
-                    Status::Queued => "in_queue",
-                    Status::InProgress => "generating",
-                    _ => "done",
-                };
-                let mut data = json!({"status": status});
-                if s == Status::Completed {
-                    data["video_url"] = json!(format!("{base}/files/{}.mp4", t.id));
-                }
-                Reply::json(
-                    200,
-                    json!({"code": 10000, "message": "Success", "data": data,
-                           "request_id": "b-req-2", "status": 10000}),
-                )
-            }
-        },
-    };
-    match delay {
-        Some(d) => Reply::Delayed(d, Box::new(reply)),
-        None => reply,
     }
 }
 

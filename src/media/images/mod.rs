@@ -1,15 +1,20 @@
-//! Image endpoints (spec 4.6, 4.7, 8): validation of generation and edit requests, the
-//! default model, and what an answer delivered. Every check runs before anything is
-//! reserved, so a request the upstream would refuse never holds quota.
+//! Image endpoints (spec 4.6, 4.7, 8): validation of generation and edit requests (edits
+//! in the SDK's multipart shape and in the native JSON shape), the default model, the
+//! native shape toward its vendor, and what an answer delivered. Every check runs before
+//! anything is reserved, so a request the upstream would refuse never holds quota.
 
 mod answer;
 mod edit;
+mod edit_form;
 mod fields;
 mod generation;
+mod native;
 
 pub use answer::delivered;
 pub use edit::check_edit;
+pub use edit_form::{check_edit_form, FormEdit};
 pub use generation::check_generation;
+pub use native::{from_dashscope, to_dashscope, DASHSCOPE_EDIT_PATH};
 
 use crate::protocol::Usage;
 
