@@ -26,13 +26,14 @@ use std::sync::Arc;
 
 /// Holds the worst case of one request (or one realtime block, or one video task) on
 /// the caller's key; the guard releases it whichever way the request ends.
+/// `ttl_secs`: how long the hold outlives a crashed instance (a live guard extends it).
 pub async fn hold(
     gw: &Gateway,
     key_id: &str,
     reservation_id: &str,
     bounds: Bounds,
+    ttl: u64,
 ) -> Result<ReservationGuard, GatewayError> {
-    let ttl = gw.config.limits.reservation_ttl_secs;
     Ok(crate::billing::reserve(
         &gw.store,
         key_id,
@@ -58,10 +59,11 @@ pub async fn run<R: Request>(
         .as_ref()
         .map(|k| k.rec.id.clone())
         .ok_or(GatewayError::Internal)?;
-    let mut guard = hold(gw, &key_id, &ctx.request_id, request.bounds()).await?;
+    let ttl = gw.config.limits.reservation_ttl_secs;
+    let mut guard = hold(gw, &key_id, &ctx.request_id, request.bounds(), ttl).await?;
     request.grant(guard.amount());
     let ex = match first_answer(gw, ctx, client_headers, candidates, |c, last| {
-        request.call(c, last)
+        request.call(c, last).map(Some)
     })
     .await
     {
@@ -79,17 +81,21 @@ pub async fn run<R: Request>(
 /// Sends the request to the first channel that takes it and returns its 2xx answer
 /// (header read, body not yet). A channel is skipped only when nothing was sent to it:
 /// the gateway never retries for the caller once an upstream may have acted (spec 7.3).
+/// `call` builds the request for a channel (`last`: no later channel will be tried), or
+/// `None` when that channel cannot take it.
 pub async fn first_answer(
     gw: &Gateway,
     ctx: &mut Ctx,
     client_headers: &http::HeaderMap,
     candidates: &[Arc<Channel>],
-    mut call: impl FnMut(&Channel, bool) -> Result<Call, GatewayError>,
+    mut call: impl FnMut(&Channel, bool) -> Result<Option<Call>, GatewayError>,
 ) -> Result<Exchange, GatewayError> {
     let last = candidates.len().saturating_sub(1);
     let mut failure = GatewayError::Upstream(UpstreamFailure::Connect);
     for (i, channel) in candidates.iter().enumerate() {
-        let c = call(channel, i == last)?;
+        let Some(c) = call(channel, i == last)? else {
+            continue;
+        };
         let out = Outgoing {
             method: c.method,
             path: &c.path,

@@ -17,8 +17,8 @@ use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use crate::ids;
 use crate::media::{multipart, parse_json};
-use crate::relay::body;
 use crate::relay::upstream::{Exchange, OpenError, Outgoing};
+use crate::relay::{body, exchange, meter};
 use crate::request::Ctx;
 use crate::request::{respond_json, response_header};
 use crate::store::tasks::{TaskError, TaskRecord, TaskRef, TaskStatus};
@@ -228,85 +228,101 @@ async fn submit(
     let now = ids::now_secs();
     let timeout = v.task_timeout.as_secs();
     let ttl = timeout + RESERVATION_MARGIN_SECS;
-    let mut guard = crate::billing::reserve(&gw.store, &key.rec.id, &id, worst, worst, ttl)
-        .await
-        .map_err(|e| store_error(&e))??;
+    let bounds = meter::Bounds {
+        min: worst,
+        max: worst,
+    };
+    let mut guard = exchange::hold(gw, &key.rec.id, &id, bounds, ttl).await?;
 
-    let no_headers = http::HeaderMap::new();
-    let mut failure = GatewayError::Upstream(UpstreamFailure::Connect);
-    for (channel, plan) in candidates {
-        let upstream_model = channel.upstream_model(&job.model).to_string();
-        let Some((call, kind)) = vendors::submit(channel.protocol, &job, &plan, &upstream_model)
-        else {
-            continue;
+    let channels: Vec<Arc<Channel>> = candidates.iter().map(|(c, _)| c.clone()).collect();
+    // The detail the task must remember, and the length asked, of the channel called last.
+    let mut asked: Option<(String, f64)> = None;
+    let answered = exchange::first_answer(gw, ctx, &http::HeaderMap::new(), &channels, |c, _| {
+        let Some((_, plan)) = candidates.iter().find(|(p, _)| p.name == c.name) else {
+            return Ok(None);
         };
-        ctx.record_mut().channel = channel.name.clone();
-        let mut ex = match open(gw, channel.clone(), &call, &no_headers).await {
-            Ok(ex) => ex,
-            Err(OpenError::NotSent(e)) => {
-                failure = e;
-                continue;
-            }
-            Err(OpenError::Sent(e)) => return Err(e),
-        };
-        if !(200..300).contains(&ex.status()) {
-            return Err(crate::relay::exchange::refused(gw, ctx, ex).await);
-        }
-        let answer = ex.body(STATUS_BODY_LIMIT).await?;
-        ex.finish(gw).await;
-        let upstream_id = match vendors::submitted(channel.protocol, &answer) {
-            vendors::Submitted::Task(id) => id,
-            refused => {
-                tracing::warn!(request_id = %ctx.request_id, channel = %channel.name,
-                    body = %String::from_utf8_lossy(&answer[..answer.len().min(512)]),
-                    "video submission refused or not understood");
-                return Err(GatewayError::Upstream(match refused {
-                    vendors::Submitted::Refused(status) => UpstreamFailure::Status(status),
-                    _ => UpstreamFailure::BadResponse,
-                }));
-            }
-        };
-        let t = TaskRecord {
-            id: id.clone(),
-            key_id: key.rec.id.clone(),
-            endpoint: path,
-            model: job.model.clone(),
-            channel: channel.name.clone(),
-            upstream_id,
-            upstream_kind: kind,
-            status: TaskStatus::Queued,
-            progress: 0,
-            created_at: now,
-            completed_at: None,
-            deadline: now.saturating_add(timeout as i64),
-            seconds: plan.seconds,
-            size: job.size(),
-            n: job.n,
-            reserved: guard.amount(),
-            cost: 0,
-            polls: 0,
-            result: None,
-            error: None,
-        };
-        let due = ids::now_ms() + v.poll_interval.as_millis() as i64;
-        if let Err(e) = gw.store.create_task(&t, due).await {
-            // The upstream runs a task nobody will collect: refund it and say so.
-            tracing::error!(request_id = %ctx.request_id, task = %t.id, error = %e, "task not stored; refunded");
+        let upstream_model = c.upstream_model(&job.model);
+        Ok(
+            vendors::submit(c.protocol, &job, plan, upstream_model).map(|(call, kind)| {
+                asked = Some((kind, plan.seconds));
+                meter::Call {
+                    method: call.method,
+                    path: call.path,
+                    body: call.body,
+                    content_type: call.content_type,
+                    stream: false,
+                }
+            }),
+        )
+    })
+    .await;
+    let mut ex = match answered {
+        Ok(ex) => ex,
+        Err(e) => {
             guard.settle(0).await;
-            return Err(store_error(&e));
+            return Err(e);
         }
-        // The task owns the reservation now: it is settled when the task ends.
-        guard.hand_over();
-        tracing::info!(request_id = %ctx.request_id, task = %t.id, channel = %t.channel, "video task submitted");
-        let body = match shape {
-            Shape::Videos => render::job_record(&t),
-            Shape::VideoB => render::video_b(serde_json::json!({"task_id": t.id}), &ctx.request_id),
-            _ => render::submitted(&t),
-        };
-        respond_json(session, ctx, 200, body.to_string().into_bytes()).await;
-        return Ok(());
+    };
+    let (kind, seconds) = asked.ok_or(GatewayError::Internal)?;
+    let channel = ex.channel.clone();
+    let answer = ex.body(STATUS_BODY_LIMIT).await;
+    ex.finish(gw).await;
+    let upstream_id = match answer.map(|a| (vendors::submitted(channel.protocol, &a[..]), a)) {
+        Ok((vendors::Submitted::Task(id), _)) => id,
+        Ok((refused, answer)) => {
+            tracing::warn!(request_id = %ctx.request_id, channel = %channel.name,
+                body = %String::from_utf8_lossy(&answer[..answer.len().min(512)]),
+                "video submission refused or not understood");
+            guard.settle(0).await;
+            return Err(GatewayError::Upstream(match refused {
+                vendors::Submitted::Refused(status) => UpstreamFailure::Status(status),
+                _ => UpstreamFailure::BadResponse,
+            }));
+        }
+        Err(e) => {
+            guard.settle(0).await;
+            return Err(e);
+        }
+    };
+    let t = TaskRecord {
+        id: id.clone(),
+        key_id: key.rec.id.clone(),
+        endpoint: path,
+        model: job.model.clone(),
+        channel: channel.name.clone(),
+        upstream_id,
+        upstream_kind: kind,
+        status: TaskStatus::Queued,
+        progress: 0,
+        created_at: now,
+        completed_at: None,
+        deadline: now.saturating_add(timeout as i64),
+        seconds,
+        size: job.size(),
+        n: job.n,
+        reserved: guard.amount(),
+        cost: 0,
+        polls: 0,
+        result: None,
+        error: None,
+    };
+    let due = ids::now_ms() + v.poll_interval.as_millis() as i64;
+    if let Err(e) = gw.store.create_task(&t, due).await {
+        // The upstream runs a task nobody will collect: refund it and say so.
+        tracing::error!(request_id = %ctx.request_id, task = %t.id, error = %e, "task not stored; refunded");
+        guard.settle(0).await;
+        return Err(store_error(&e));
     }
-    Err(failure)
+    // The task owns the reservation now: it is settled when the task ends.
+    guard.hand_over();
+    tracing::info!(request_id = %ctx.request_id, task = %t.id, channel = %t.channel, "video task submitted");
+    let body = match shape {
+        Shape::Videos => render::job_record(&t),
+        Shape::VideoB => render::video_b(serde_json::json!({"task_id": t.id}), &ctx.request_id),
+        _ => render::submitted(&t),
+    };
+    respond_json(session, ctx, 200, body.to_string().into_bytes()).await;
+    Ok(())
 }
 
 async fn open(
