@@ -1,6 +1,8 @@
 //! Integration tests: real gateways in-process on ephemeral ports, mock upstreams in
 //! Rust, and a private `redis-server` per test that needs one.
 
+#[path = "../support/faulty_upstream.rs"]
+mod faulty_upstream;
 #[path = "../support/gateway.rs"]
 mod gateway;
 #[path = "../support/media_upstream.rs"]
@@ -16,6 +18,7 @@ mod video_upstream;
 
 mod auth;
 mod chat;
+mod edges;
 mod local;
 mod media;
 mod protocols;
