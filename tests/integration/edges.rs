@@ -81,3 +81,27 @@ async fn a_stream_with_an_unreadable_event_ends_in_the_clients_error_event() {
         assert_eq!(fault == Fault::NoEndMarker, !fault.final_usage_sent());
     }
 }
+
+/// OpenAI documents 128 as the most choices a chat request may ask for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_request_asking_for_too_many_choices_is_refused_naming_n() {
+    let up = crate::providers::start().await;
+    let gw = TestGateway::start(&config(&up.base_url()), StoreKind::Embedded).await;
+    let (key, id) = gw.create_key(json!({})).await;
+    for (n, stream) in [(1_000_000_000u64, false), (129, true), (0, false)] {
+        let body = json!({"model": "m-openai", "n": n, "stream": stream,
+            "messages": [{"role": "user", "content": "hi"}]});
+        let (status, headers, text) = gw.post("/v1/chat/completions", &key, &body).await;
+        assert_eq!(status, 400, "n={n}: {text}");
+        let e = crate::gateway::error_of(&text);
+        assert_eq!(e["param"], "n", "{text}");
+        assert!(e["message"].as_str().unwrap().contains("`n`"), "{text}");
+        assert!(headers.contains_key("x-request-id"));
+    }
+    assert!(up.requests().is_empty(), "nothing reached the upstream");
+    assert_eq!(gw.used_micros(&id).await, 0);
+    let body =
+        json!({"model": "m-openai", "n": 128, "messages": [{"role": "user", "content": "hi"}]});
+    let (status, _, text) = gw.post("/v1/chat/completions", &key, &body).await;
+    assert_eq!(status, 200, "{text}");
+}

@@ -82,6 +82,21 @@ fn mistyped(field: &str, what: &str) -> Invalid {
     invalid(field, format!("`{field}` must be {what}."))
 }
 
+/// The most choices one request may ask for (OpenAI documents 128). Each is a whole
+/// answer, so an unbounded `n` would be an unbounded bill.
+pub const MAX_CHOICES: u64 = 128;
+
+/// `n`, once its type is known to be right: 1 to [`MAX_CHOICES`].
+fn check_choices(n: Option<&Value>) -> Result<(), Invalid> {
+    match n.and_then(Value::as_u64) {
+        Some(n) if !(1..=MAX_CHOICES).contains(&n) => Err(invalid(
+            "n",
+            format!("`n` must be between 1 and {MAX_CHOICES}; it is {n}."),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Spec 2.2a: `model` (string) and `messages` (array of objects with `role` and
 /// `content`); the common optional fields must have their JSON types.
 pub fn validate(body: &Value) -> Result<(), Invalid> {
@@ -111,7 +126,7 @@ pub fn validate(body: &Value) -> Result<(), Invalid> {
             }
         }
     }
-    Ok(())
+    check_choices(obj.get("n"))
 }
 
 /// [`validate`] on a body read one level deep: the same checks, in the same order,
@@ -150,7 +165,7 @@ pub fn validate_shallow(top: &Shallow<'_>) -> Result<(), Invalid> {
             return Err(mistyped(field, what));
         }
     }
-    Ok(())
+    check_choices(top.value("n").as_ref())
 }
 
 /// [`passthrough_request`] from a body read one level deep: the body is written once,
@@ -272,6 +287,11 @@ mod tests {
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":-1}"#,
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1.5}"#,
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":2}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":128}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":129}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":1000000000}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":0}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":null}"#,
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":{}}"#,
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":[]}"#,
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"top_p":null}"#,
@@ -337,6 +357,12 @@ mod tests {
             validate(&json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}))
                 .is_ok()
         );
+        let n = |n: u64| {
+            validate(&json!({"model": "m", "n": n, "messages": [{"role": "user", "content": "x"}]}))
+        };
+        assert_eq!(n(1_000_000_000).unwrap_err().param, Some("n".into()));
+        assert_eq!(n(0).unwrap_err().param, Some("n".into()));
+        assert!(n(128).is_ok() && n(1).is_ok());
     }
 
     #[test]
