@@ -125,10 +125,11 @@ async fn dispatch(
         .client_addr()
         .and_then(|a| a.as_inet())
         .map(|a| a.ip());
-    let xff = session
-        .get_header("x-forwarded-for")
-        .and_then(|v| v.to_str().ok());
-    let ip = client_ip(peer, xff, &gw.config.trusted_proxies);
+    let ip = client_ip(
+        peer,
+        &session.req_header().headers,
+        &gw.config.trusted_proxies,
+    );
     let key = auth::authenticate(
         gw,
         &session.req_header().headers,

@@ -105,3 +105,32 @@ async fn a_chat_request_asking_for_too_many_choices_is_refused_naming_n() {
     let (status, _, text) = gw.post("/v1/chat/completions", &key, &body).await;
     assert_eq!(status, 200, "{text}");
 }
+
+/// Behind a trusted proxy, every `X-Forwarded-For` line counts, in order, walked from the
+/// right: a client cannot pass an allowlist by sending its own first line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_forwarded_for_line_is_read_from_the_right() {
+    let up = crate::providers::start().await;
+    let text = format!(
+        "{}trusted_proxies: [127.0.0.1/32]\n",
+        config(&up.base_url())
+    );
+    let gw = TestGateway::start(&text, StoreKind::Embedded).await;
+    let (key, _) = gw.create_key(json!({"allow_ips": ["203.0.113.9"]})).await;
+    let send = |lines: &[&str]| {
+        let mut r = gw.http.get(gw.url("/v1/models")).bearer_auth(&key);
+        for l in lines {
+            r = r.header("x-forwarded-for", *l);
+        }
+        r.send()
+    };
+    // The client forged the first line; the proxy appended the real address.
+    let r = send(&["203.0.113.9", "198.51.100.7"]).await.unwrap();
+    assert_eq!(r.status(), 403, "the right-most untrusted address decides");
+    let r = send(&["198.51.100.7", "203.0.113.9, 127.0.0.1"])
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = send(&["203.0.113.9"]).await.unwrap();
+    assert_eq!(r.status(), 200);
+}
