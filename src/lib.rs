@@ -21,6 +21,7 @@ pub mod media;
 pub mod protocol;
 pub mod proxy;
 pub mod realtime;
+pub mod redact;
 pub mod relay;
 pub mod server;
 pub mod store;

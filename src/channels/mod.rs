@@ -7,9 +7,11 @@ use crate::config::raw::RawChannel;
 use crate::config::{config_err, ConfigError};
 use crate::ids;
 use crate::protocol::Protocol;
+use crate::redact::Hidden;
 use pingora::upstreams::peer::HttpPeer;
 use resolve::Resolver;
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,7 +76,6 @@ impl ChannelProtocol {
 }
 
 /// One configured upstream.
-#[derive(Debug)]
 pub struct Channel {
     pub name: String,
     pub protocol: ChannelProtocol,
@@ -94,6 +95,28 @@ pub struct Channel {
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
     resolver: Resolver,
+}
+
+/// Everything but the key's value.
+impl fmt::Debug for Channel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Channel")
+            .field("name", &self.name)
+            .field("protocol", &self.protocol)
+            .field("tls", &self.tls)
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("path_prefix", &self.path_prefix)
+            .field("api_key", &Hidden(&self.api_key))
+            .field("models", &self.models)
+            .field("model_map", &self.model_map)
+            .field("responses_api", &self.responses_api)
+            .field("priority", &self.priority)
+            .field("weight", &self.weight)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("read_timeout", &self.read_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Channel {

@@ -11,6 +11,7 @@ pub mod raw;
 use crate::billing::Price;
 use crate::channels::{Channel, ChannelProtocol};
 use crate::media::images::Families;
+use crate::redact::{self, Hidden, Secrets};
 use ipnet::IpNet;
 use raw::RawConfig;
 use std::collections::{BTreeMap, HashSet};
@@ -46,16 +47,43 @@ fn err(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum StoreConfig {
     Embedded { path: PathBuf },
     Redis { urls: Vec<String>, cluster: bool },
 }
 
-#[derive(Debug, Clone)]
+/// A Redis URL may carry a password: shown without it.
+impl fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreConfig::Embedded { path } => {
+                f.debug_struct("Embedded").field("path", path).finish()
+            }
+            StoreConfig::Redis { urls, cluster } => {
+                let urls: Vec<String> = urls.iter().map(|u| redact::url(u)).collect();
+                f.debug_struct("Redis")
+                    .field("urls", &urls)
+                    .field("cluster", cluster)
+                    .finish()
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
 pub struct AdminConfig {
     pub listen: SocketAddr,
     pub token: String,
+}
+
+impl fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field("listen", &self.listen)
+            .field("token", &Hidden(&self.token))
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -140,6 +168,8 @@ pub struct Config {
     pub prices: BTreeMap<String, Price>,
     pub image_families: Families,
     pub video: VideoConfig,
+    /// Every configured secret (channel keys, the admin token), to keep out of the log.
+    pub secrets: Secrets,
 }
 
 impl Config {
@@ -268,7 +298,14 @@ impl Config {
             }
             channels.push(Arc::new(Channel::from_raw(c, &path)?));
         }
+        let secrets = Secrets::new(
+            channels
+                .iter()
+                .map(|c| c.api_key.as_str())
+                .chain(admin.iter().map(|a| a.token.as_str())),
+        );
         Ok(Config {
+            secrets,
             listen,
             admin,
             store,
@@ -380,6 +417,28 @@ prices:
         let bad = GOOD.replace("{ gpt-4o: gpt", "{ gpt-5: gpt");
         let e = Config::parse(&bad, Path::new(".")).unwrap_err();
         assert_eq!(e.path, "channels[0].model_map.gpt-5");
+    }
+
+    /// `Debug` output (logs, panics) never shows an upstream key, the admin token or a
+    /// store password.
+    #[test]
+    fn debug_output_hides_secrets() {
+        let text = GOOD.replace("sk-upstream", "sk-upstream-secret-1")
+            + "admin: { listen: 127.0.0.1:8081, token: admin-token-secret-2 }\n";
+        let c = Config::parse(&text, Path::new(".")).unwrap();
+        let shown = format!("{c:?} {:?} {:?}", c.channels[0], c.admin);
+        assert!(shown.contains("openai-main"), "{shown}");
+        for secret in ["sk-upstream-secret-1", "admin-token-secret-2"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        let text = GOOD.replace(
+            "{ embedded: { path: ./data } }",
+            "{ redis: { url: \"redis://:store-password-3@127.0.0.1:6379\" } }",
+        );
+        let c = Config::parse(&text, Path::new(".")).unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("store-password-3"), "{shown}");
+        assert!(shown.contains("127.0.0.1:6379"), "{shown}");
     }
 
     #[test]

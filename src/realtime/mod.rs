@@ -196,7 +196,7 @@ async fn connect_and_run(
         let body = upstream::refusal_body(&mut http, ERROR_BODY_LIMIT).await;
         tracing::warn!(
             request_id = %ctx.request_id, channel = %channel.name, status,
-            body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
+            body = %gw.config.secrets.body(&body),
             "realtime upstream refused the upgrade"
         );
         http.shutdown().await;

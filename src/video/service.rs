@@ -256,7 +256,7 @@ async fn submit(
         ex.finish(gw).await;
         let Some(upstream_id) = vendors::submitted(channel.protocol, &answer) else {
             tracing::warn!(request_id = %ctx.request_id, channel = %channel.name,
-                body = %String::from_utf8_lossy(&answer[..answer.len().min(512)]),
+                body = %gw.config.secrets.body(&answer),
                 "video submission answer not understood");
             return Err(GatewayError::Upstream(UpstreamFailure::BadResponse));
         };
@@ -512,7 +512,7 @@ pub async fn poll_once(gw: &Gateway, r: &TaskRef) -> Option<TaskRecord> {
             }
             TaskStatus::Failed => {
                 tracing::warn!(task = %t.id, channel = %t.channel,
-                    upstream = %p.failure.unwrap_or_default(), "video task failed upstream");
+                    upstream = %gw.config.secrets.body(p.failure.unwrap_or_default().as_bytes()), "video task failed upstream");
                 Some(
                     fail(
                         gw,
@@ -582,14 +582,14 @@ async fn ask(gw: &Gateway, channel: &Arc<Channel>, t: &TaskRecord) -> Asked {
     }
     if !(200..300).contains(&status) {
         tracing::warn!(task = %t.id, channel = %channel.name, status,
-            body = %String::from_utf8_lossy(&body[..body.len().min(512)]), "video status poll refused");
+            body = %gw.config.secrets.body(&body), "video status poll refused");
         return Asked::Retry;
     }
     match vendors::progress(channel.protocol, &body) {
         Some(p) => Asked::Progress(p),
         None => {
             tracing::warn!(task = %t.id, channel = %channel.name,
-                body = %String::from_utf8_lossy(&body[..body.len().min(512)]), "video status answer not understood");
+                body = %gw.config.secrets.body(&body), "video status answer not understood");
             Asked::Retry
         }
     }

@@ -134,3 +134,95 @@ async fn every_forwarded_for_line_is_read_from_the_right() {
     let r = send(&["203.0.113.9"]).await.unwrap();
     assert_eq!(r.status(), 200);
 }
+
+/// Everything the gateway logs while the tests of this binary run.
+fn captured_log() -> &'static std::sync::Mutex<Vec<u8>> {
+    use std::sync::{Arc, Mutex, OnceLock};
+    static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOG.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || Sink(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("no other global logger");
+        buf
+    })
+}
+
+/// An upstream's error body that echoes the channel's key, a bearer token and a `key=`
+/// parameter reaches the log with none of them, and cut short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_error_bodies_are_logged_without_secrets() {
+    let log = captured_log();
+    const CHANNEL_KEY: &str = "chan-secret-key-0123456789";
+    const BEARER: &str = "eyJhbGciOiJIUzI1NiJ9.bearer-token-payload";
+    const QUERY_KEY: &str = "AIzaSy-query-secret-42";
+    let echo = format!(
+        "Incorrect API key provided: {CHANNEL_KEY}. You sent Authorization: Bearer {BEARER} \
+         to https://upstream.example/v1beta/models/x:generateContent?key={QUERY_KEY}&alt=sse. {}",
+        "padding ".repeat(500)
+    );
+    let up = crate::mock_upstream::MockUpstream::start(move |_| {
+        crate::mock_upstream::Reply::json(
+            401,
+            json!({"error": {"message": echo, "type": "invalid_request_error"}}),
+        )
+    })
+    .await;
+    let text = format!(
+        "channels:\n  - {{ name: oa, protocol: openai, base_url: \"{}\", api_key: {CHANNEL_KEY}, models: [m] }}\n\
+         prices:\n  m: {{ input: 1.0, output: 2.0 }}\n",
+        up.base_url()
+    );
+    let gw = TestGateway::start(&text, StoreKind::Embedded).await;
+    let (key, _) = gw.create_key(json!({})).await;
+    let (status, headers, body) = gw
+        .post(
+            "/v1/chat/completions",
+            &key,
+            &crate::gateway::chat("m", false),
+        )
+        .await;
+    assert_eq!(status, 500, "{body}");
+    assert!(!body.contains(CHANNEL_KEY), "{body}");
+    let rid = headers["x-request-id"].to_str().unwrap().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let line = loop {
+        let text = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+        if let Some(l) = text
+            .lines()
+            .find(|l| l.contains(&rid) && l.contains("upstream error"))
+        {
+            break l.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no log line for {rid}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(line.contains("Incorrect API key provided"), "{line}");
+    assert!(line.contains("[redacted]"), "{line}");
+    assert!(
+        line.len() < 2_000,
+        "the body is cut short: {} bytes",
+        line.len()
+    );
+    let all = String::from_utf8_lossy(&log.lock().unwrap()).into_owned();
+    for secret in [CHANNEL_KEY, BEARER, QUERY_KEY, key.as_str()] {
+        assert!(!all.contains(secret), "{secret} reached the log: {line}");
+    }
+}
