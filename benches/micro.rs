@@ -310,7 +310,15 @@ fn main() {
     });
     row(&mut report, "key cache lookup (hit)", s, "");
     let s = timing::median(quick, || {
-        let k = auth::authenticate(&gw, &headers, None, Accepts::default(), ip).now_or_never();
+        let k = auth::authenticate(
+            &gw.keys,
+            gw.store.as_ref(),
+            &headers,
+            None,
+            Accepts::default(),
+            ip,
+        )
+        .now_or_never();
         assert!(matches!(k, Some(Ok(_))), "authenticates without waiting");
     });
     row(

@@ -91,6 +91,22 @@ impl From<crate::store::ReserveDenied> for GatewayError {
     }
 }
 
+/// A store failure as the client sees it: 503 while the store is unreachable (it
+/// reconnects by itself), 500 otherwise. The details go to the log only.
+pub fn store_error(e: &crate::store::StoreError) -> GatewayError {
+    use crate::store::StoreError;
+    match e {
+        StoreError::Unavailable(m) => {
+            tracing::warn!(error = %m, "store unavailable");
+            GatewayError::StoreUnavailable
+        }
+        StoreError::Conflict(m) | StoreError::Internal(m) => {
+            tracing::error!(error = %m, "store error");
+            GatewayError::Internal
+        }
+    }
+}
+
 impl GatewayError {
     pub fn bad_request(param: Option<&str>, message: impl Into<String>) -> GatewayError {
         GatewayError::BadRequest {

@@ -1,14 +1,16 @@
 //! Upstream channels: where a model is served, in which order channels are tried, how the
 //! model name is mapped, and how to reach the upstream.
 
+pub mod raw;
 mod resolve;
 
-use crate::config::raw::RawChannel;
-use crate::config::{config_err, ConfigError};
+pub use raw::RawChannel;
+
 use crate::ids;
 use crate::protocol::Protocol;
 use crate::redact::Hidden;
 use pingora::upstreams::peer::HttpPeer;
+use raw::{invalid, Invalid};
 use resolve::Resolver;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -120,14 +122,15 @@ impl fmt::Debug for Channel {
 }
 
 impl Channel {
-    pub fn from_raw(c: RawChannel, path: &str) -> Result<Channel, ConfigError> {
+    /// Validates one channel of the configuration.
+    pub fn from_raw(c: RawChannel) -> Result<Channel, Invalid> {
         if c.name.trim().is_empty() {
-            return Err(config_err(format!("{path}.name"), "must not be empty"));
+            return Err(invalid("name", "must not be empty"));
         }
         let protocol = ChannelProtocol::parse(&c.protocol).ok_or_else(|| {
             let all: Vec<_> = ChannelProtocol::ALL.iter().map(|p| p.as_str()).collect();
-            config_err(
-                format!("{path}.protocol"),
+            invalid(
+                "protocol",
                 format!(
                     "unknown protocol `{}`; expected one of {}",
                     c.protocol,
@@ -136,26 +139,23 @@ impl Channel {
             )
         })?;
         let url = url::Url::parse(&c.base_url)
-            .map_err(|e| config_err(format!("{path}.base_url"), format!("not a URL: {e}")))?;
+            .map_err(|e| invalid("base_url", format!("not a URL: {e}")))?;
         let tls = match url.scheme() {
             "https" => true,
             "http" => false,
             s => {
-                return Err(config_err(
-                    format!("{path}.base_url"),
+                return Err(invalid(
+                    "base_url",
                     format!("scheme `{s}` is not http or https"),
                 ))
             }
         };
         if url.query().is_some() || url.fragment().is_some() {
-            return Err(config_err(
-                format!("{path}.base_url"),
-                "must not have a query or fragment",
-            ));
+            return Err(invalid("base_url", "must not have a query or fragment"));
         }
         let host = url
             .host_str()
-            .ok_or_else(|| config_err(format!("{path}.base_url"), "has no host"))?
+            .ok_or_else(|| invalid("base_url", "has no host"))?
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();
@@ -164,35 +164,29 @@ impl Channel {
             .unwrap_or(if tls { 443 } else { 80 });
         let path_prefix = url.path().trim_end_matches('/').to_string();
         if c.models.is_empty() {
-            return Err(config_err(
-                format!("{path}.models"),
-                "must list at least one model",
-            ));
+            return Err(invalid("models", "must list at least one model"));
         }
         for (i, m) in c.models.iter().enumerate() {
             if m.trim().is_empty() {
-                return Err(config_err(
-                    format!("{path}.models[{i}]"),
-                    "must not be empty",
-                ));
+                return Err(invalid(format!("models[{i}]"), "must not be empty"));
             }
         }
         for from in c.model_map.keys() {
             if !c.models.contains(from) {
-                return Err(config_err(
-                    format!("{path}.model_map.{from}"),
+                return Err(invalid(
+                    format!("model_map.{from}"),
                     "maps a model this channel does not list in `models`",
                 ));
             }
         }
         if c.responses_api && protocol != ChannelProtocol::OpenAi {
-            return Err(config_err(
-                format!("{path}.responses_api"),
+            return Err(invalid(
+                "responses_api",
                 "only `openai` channels can serve the Responses API natively",
             ));
         }
         if c.weight == 0 {
-            return Err(config_err(format!("{path}.weight"), "must be at least 1"));
+            return Err(invalid("weight", "must be at least 1"));
         }
         Ok(Channel {
             resolver: Resolver::new(host.clone(), port),
@@ -260,7 +254,7 @@ impl Channel {
             connect_timeout_secs: self.connect_timeout.as_secs(),
             read_timeout_secs: self.read_timeout.as_secs(),
         };
-        let channel = Channel::from_raw(raw, "download").ok()?;
+        let channel = Channel::from_raw(raw).ok()?;
         let mut path = u.path().to_string();
         if let Some(q) = u.query() {
             path.push('?');
@@ -391,7 +385,7 @@ mod tests {
             connect_timeout_secs: 1,
             read_timeout_secs: 1,
         };
-        Arc::new(Channel::from_raw(raw, "c").unwrap())
+        Arc::new(Channel::from_raw(raw).unwrap())
     }
 
     #[test]

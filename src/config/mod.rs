@@ -296,7 +296,9 @@ impl Config {
                     format!("duplicate channel name `{}`", c.name),
                 ));
             }
-            channels.push(Arc::new(Channel::from_raw(c, &path)?));
+            let channel =
+                Channel::from_raw(c).map_err(|e| err(format!("{path}.{}", e.field), e.message))?;
+            channels.push(Arc::new(channel));
         }
         let secrets = Secrets::new(
             channels

@@ -1,8 +1,11 @@
 //! Stage one: the YAML file as plain structs. Unknown fields are errors, so a typo in a
 //! field name fails `check-config` with its path instead of silently taking a default.
 
+use crate::channels::RawChannel;
+use crate::redact::{self, Hidden};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::fmt;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -82,11 +85,20 @@ fn default_key_cache_ttl() -> u64 {
     5
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub listen: String,
     pub token: String,
+}
+
+impl fmt::Debug for RawAdmin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawAdmin")
+            .field("listen", &self.listen)
+            .field("token", &Hidden(&self.token))
+            .finish()
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -102,13 +114,24 @@ pub struct RawEmbedded {
     pub path: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRedis {
     /// One node: `redis://host:port/db`.
     pub url: Option<String>,
     /// Seed nodes of a Redis Cluster.
     pub cluster: Option<Vec<String>>,
+}
+
+/// URLs without their passwords.
+impl fmt::Debug for RawRedis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls = |u: &Vec<String>| u.iter().map(|u| redact::url(u)).collect::<Vec<_>>();
+        f.debug_struct("RawRedis")
+            .field("url", &self.url.as_deref().map(redact::url))
+            .field("cluster", &self.cluster.as_ref().map(urls))
+            .finish()
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -144,43 +167,6 @@ fn default_max_response() -> usize {
 
 fn default_reservation_ttl() -> u64 {
     3600
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawChannel {
-    pub name: String,
-    pub protocol: String,
-    pub base_url: String,
-    #[serde(default)]
-    pub api_key: String,
-    pub models: Vec<String>,
-    #[serde(default)]
-    pub model_map: BTreeMap<String, String>,
-    /// `openai` channels only: the upstream serves `/v1/responses` itself.
-    #[serde(default)]
-    pub responses_api: bool,
-    #[serde(default)]
-    pub priority: i32,
-    #[serde(default = "default_weight")]
-    pub weight: u32,
-    #[serde(default = "default_connect_timeout")]
-    pub connect_timeout_secs: u64,
-    /// Longest wait for any single read from the upstream (first byte included).
-    #[serde(default = "default_read_timeout")]
-    pub read_timeout_secs: u64,
-}
-
-fn default_weight() -> u32 {
-    1
-}
-
-fn default_connect_timeout() -> u64 {
-    10
-}
-
-fn default_read_timeout() -> u64 {
-    300
 }
 
 #[derive(Debug, Deserialize)]

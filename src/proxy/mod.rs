@@ -131,7 +131,8 @@ async fn dispatch(
         &gw.config.trusted_proxies,
     );
     let key = auth::authenticate(
-        gw,
+        &gw.keys,
+        gw.store.as_ref(),
         &session.req_header().headers,
         query,
         route.accepts(path),
