@@ -14,6 +14,7 @@ pub mod auth;
 pub mod billing;
 pub mod channels;
 pub mod config;
+pub mod edge;
 pub mod errors;
 pub mod gateway;
 pub mod ids;

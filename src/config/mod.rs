@@ -91,7 +91,17 @@ pub struct Limits {
     pub max_body_bytes: usize,
     pub max_response_bytes: usize,
     pub reservation_ttl_secs: u64,
+    /// The client listener's edge (see `edge`).
+    pub header_timeout: Duration,
+    /// `None`: connections are not kept alive between requests.
+    pub idle_keepalive: Option<Duration>,
+    pub max_client_connections: usize,
+    pub max_header_bytes: usize,
 }
+
+/// The largest `limits.max_header_bytes`: Pingora, which parses the header again, takes
+/// at most 1 MiB with the first body bytes read alongside it.
+pub const MAX_HEADER_BYTES_LIMIT: usize = 512 * 1024;
 
 /// Asynchronous video tasks (see [`raw::RawVideo`]).
 #[derive(Debug, Clone)]
@@ -248,8 +258,21 @@ impl Config {
             },
             _ => return Err(err("store", "set exactly one of `embedded` or `redis`")),
         };
-        if raw.limits.max_body_bytes == 0 {
+        let l = &raw.limits;
+        if l.max_body_bytes == 0 {
             return Err(err("limits.max_body_bytes", "must be positive"));
+        }
+        if l.header_timeout_secs == 0 {
+            return Err(err("limits.header_timeout_secs", "must be positive"));
+        }
+        if l.max_client_connections == 0 {
+            return Err(err("limits.max_client_connections", "must be positive"));
+        }
+        if !(1024..=MAX_HEADER_BYTES_LIMIT).contains(&l.max_header_bytes) {
+            return Err(err(
+                "limits.max_header_bytes",
+                format!("must be between 1024 and {MAX_HEADER_BYTES_LIMIT}"),
+            ));
         }
         let mut trusted_proxies = Vec::new();
         for (i, p) in raw.trusted_proxies.iter().enumerate() {
@@ -315,6 +338,11 @@ impl Config {
                 max_body_bytes: raw.limits.max_body_bytes,
                 max_response_bytes: raw.limits.max_response_bytes,
                 reservation_ttl_secs: raw.limits.reservation_ttl_secs.max(60),
+                header_timeout: Duration::from_secs(raw.limits.header_timeout_secs),
+                idle_keepalive: (raw.limits.idle_keepalive_secs > 0)
+                    .then(|| Duration::from_secs(raw.limits.idle_keepalive_secs)),
+                max_client_connections: raw.limits.max_client_connections,
+                max_header_bytes: raw.limits.max_header_bytes,
             },
             trusted_proxies,
             threads: raw.threads,

@@ -145,6 +145,19 @@ pub struct RawLimits {
     /// A reservation not settled within this time is released by the store itself.
     #[serde(default = "default_reservation_ttl")]
     pub reservation_ttl_secs: u64,
+    /// A client's request header must arrive whole within this time (of the connection
+    /// opening, or of the first byte of a later request on it).
+    #[serde(default = "default_header_timeout")]
+    pub header_timeout_secs: u64,
+    /// A keep-alive connection with no request for this long is closed; 0: none kept.
+    #[serde(default = "default_idle_keepalive")]
+    pub idle_keepalive_secs: u64,
+    /// Client connections served at once; past it a new connection gets 503.
+    #[serde(default = "default_max_client_connections")]
+    pub max_client_connections: usize,
+    /// Largest request header (request line and fields); larger ones get 431.
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: usize,
 }
 
 impl Default for RawLimits {
@@ -153,8 +166,28 @@ impl Default for RawLimits {
             max_body_bytes: default_max_body(),
             max_response_bytes: default_max_response(),
             reservation_ttl_secs: default_reservation_ttl(),
+            header_timeout_secs: default_header_timeout(),
+            idle_keepalive_secs: default_idle_keepalive(),
+            max_client_connections: default_max_client_connections(),
+            max_header_bytes: default_max_header_bytes(),
         }
     }
+}
+
+fn default_header_timeout() -> u64 {
+    10
+}
+
+fn default_idle_keepalive() -> u64 {
+    60
+}
+
+fn default_max_client_connections() -> usize {
+    16_384
+}
+
+fn default_max_header_bytes() -> usize {
+    64 * 1024
 }
 
 fn default_max_body() -> usize {

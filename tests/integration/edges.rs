@@ -136,7 +136,7 @@ async fn every_forwarded_for_line_is_read_from_the_right() {
 }
 
 /// Everything the gateway logs while the tests of this binary run.
-fn captured_log() -> &'static std::sync::Mutex<Vec<u8>> {
+pub(crate) fn captured_log() -> &'static std::sync::Mutex<Vec<u8>> {
     use std::sync::{Arc, Mutex, OnceLock};
     static LOG: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
     LOG.get_or_init(|| {

@@ -19,6 +19,7 @@ mod video_upstream;
 mod auth;
 mod chat;
 mod edges;
+mod edges_http;
 mod local;
 mod media;
 mod protocols;
