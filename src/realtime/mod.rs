@@ -61,7 +61,7 @@
 //! and priced by another model).
 
 mod billing;
-mod frames;
+pub mod frames;
 mod handshake;
 mod link;
 mod upstream;
