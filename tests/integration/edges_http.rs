@@ -165,6 +165,16 @@ async fn malformed_framing_is_refused_in_the_envelope() {
             400,
         ),
         ("a request line that is not HTTP", "GET / FTP/9\r\n\r\n".into(), 400),
+        (
+            "a final transfer coding that is not chunked",
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n{}".into(),
+            400,
+        ),
+        (
+            "a chunked body with a chunk size that is not a number",
+            format!("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{{}}\r\n0\r\n\r\n"),
+            400,
+        ),
     ];
     for (what, bytes, status) in cases {
         let a = raw(&gw, bytes.as_bytes())
