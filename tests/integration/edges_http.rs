@@ -41,33 +41,37 @@ impl Answer {
     }
 }
 
-/// Reads one response (Content-Length framed) within `wait`; `None` when the
-/// connection closed before a response (or nothing came in time).
+/// One response (Content-Length framed) at the start of `buf`, if it is all there.
+fn parse_answer(buf: &[u8]) -> Option<Answer> {
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let body = buf.get(end + 4..end + 4 + len)?;
+    Some(Answer {
+        status,
+        headers,
+        body: String::from_utf8_lossy(body).to_string(),
+    })
+}
+
+/// Reads one response within `wait`; `None` when the connection closed before a whole
+/// response (or none came in time).
 async fn read_answer(sock: &mut TcpStream, wait: Duration) -> Option<Answer> {
     let mut buf = Vec::new();
     let deadline = Instant::now() + wait;
     loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
-            let mut lines = head.split("\r\n");
-            let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-            let headers: Vec<(String, String)> = lines
-                .filter_map(|l| l.split_once(':'))
-                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-                .collect();
-            let len: usize = headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-                .and_then(|(_, v)| v.parse().ok())
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + len {
-                let body = String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).to_string();
-                return Some(Answer {
-                    status,
-                    headers,
-                    body,
-                });
-            }
+        if let Some(a) = parse_answer(&buf) {
+            return Some(a);
         }
         let mut chunk = [0u8; 65536];
         let left = deadline.checked_duration_since(Instant::now())?;
@@ -198,36 +202,44 @@ async fn malformed_framing_is_refused_in_the_envelope() {
     }
 }
 
-/// A client that sends half a header, then nothing or a byte a second, is cut off once
-/// the header deadline passes (with a 408 in the envelope); the connection is closed.
+/// A client that sends half a header, then nothing or a byte every 100 ms, is cut off
+/// once the header deadline passes (with a 408 in the envelope); the connection is
+/// closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_headers_are_cut_off_at_the_deadline() {
     let (gw, key) = gateway("{ header_timeout_secs: 1 }").await;
     let started = Instant::now();
-    let mut socks = Vec::new();
+    let mut clients = Vec::new();
     for i in 0..8 {
         let mut s = TcpStream::connect(addr(&gw)).await.unwrap();
         s.write_all(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Slow: ")
             .await
             .unwrap();
-        socks.push((i % 2 == 0, s));
-    }
-    // Half of them keep sending one byte at a time.
-    let drip = async {
-        for _ in 0..30 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            for (drips, s) in socks.iter_mut() {
-                if *drips {
-                    let _ = s.write_all(b"x").await;
+        let drips = i % 2 == 0;
+        clients.push(tokio::spawn(async move {
+            // Until the answer came: read what arrives, and drip a byte every 100 ms.
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(8);
+            while Instant::now() < deadline && parse_answer(&got).is_none() {
+                let mut chunk = [0u8; 4096];
+                tokio::select! {
+                    r = s.read(&mut chunk) => match r {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&chunk[..n]),
+                    },
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                        if drips {
+                            let _ = s.write_all(b"x").await;
+                        }
+                    }
                 }
             }
-        }
-    };
-    drip.await;
-    for (drips, mut s) in socks {
-        let a = read_answer(&mut s, Duration::from_secs(3))
-            .await
-            .unwrap_or_else(|| panic!("no 408 (dripping: {drips})"));
+            (drips, parse_answer(&got), s)
+        }));
+    }
+    for c in clients {
+        let (drips, answer, mut s) = c.await.unwrap();
+        let a = answer.unwrap_or_else(|| panic!("no 408 (dripping: {drips})"));
         assert_envelope(&a, 408, "slow header");
         assert!(closed_within(&mut s, Duration::from_secs(3)).await);
     }
