@@ -57,12 +57,20 @@ pub enum GatewayError {
     VideoNotReady(&'static str),
     KeyNotFound,
     MethodNotAllowed,
+    /// 408: the request header did not arrive within the listener's deadline.
+    HeaderTimeout,
     BodyTooLarge(usize),
+    /// 431: the request header is larger than this many bytes.
+    HeaderTooLarge(usize),
+    /// 431: the request has more than this many header fields.
+    TooManyHeaders(usize),
     RateLimited,
     NotImplemented,
     AdminUnauthorized,
     /// The store cannot be reached; the gateway refuses rather than relay unbilled.
     StoreUnavailable,
+    /// 503: the listener holds as many client connections as it is allowed.
+    TooManyConnections,
     /// A gateway fault; details are logged, not shown.
     Internal,
     Upstream(UpstreamFailure),
@@ -94,6 +102,22 @@ impl From<crate::store::ReserveDenied> for GatewayError {
     }
 }
 
+/// A store failure as the client sees it: 503 while the store is unreachable (it
+/// reconnects by itself), 500 otherwise. The details go to the log only.
+pub fn store_error(e: &crate::store::StoreError) -> GatewayError {
+    use crate::store::StoreError;
+    match e {
+        StoreError::Unavailable(m) => {
+            tracing::warn!(error = %m, "store unavailable");
+            GatewayError::StoreUnavailable
+        }
+        StoreError::Conflict(m) | StoreError::Internal(m) => {
+            tracing::error!(error = %m, "store error");
+            GatewayError::Internal
+        }
+    }
+}
+
 impl GatewayError {
     pub fn bad_request(param: Option<&str>, message: impl Into<String>) -> GatewayError {
         GatewayError::BadRequest {
@@ -111,11 +135,13 @@ impl GatewayError {
             | ModelNotPriced(_) => 403,
             NotFound | ModelNotFound(_) | TaskNotFound | VideoNotReady(_) | KeyNotFound => 404,
             MethodNotAllowed => 405,
+            HeaderTimeout => 408,
             BodyTooLarge(_) => 413,
+            HeaderTooLarge(_) | TooManyHeaders(_) => 431,
             RateLimited => 429,
             Internal => 500,
             NotImplemented => 501,
-            StoreUnavailable => 503,
+            StoreUnavailable | TooManyConnections => 503,
             Upstream(f) => upstream_status(*f),
         }
     }
@@ -140,10 +166,13 @@ impl GatewayError {
             VideoNotReady(_) => "video_not_ready",
             KeyNotFound => "key_not_found",
             MethodNotAllowed => "method_not_allowed",
+            HeaderTimeout => "request_timeout",
             BodyTooLarge(_) => "request_too_large",
+            HeaderTooLarge(_) | TooManyHeaders(_) => "request_header_too_large",
             RateLimited => "rate_limited",
             NotImplemented => "not_implemented",
             StoreUnavailable => "store_unavailable",
+            TooManyConnections => "too_many_connections",
             Internal => "internal_error",
             Upstream(UpstreamFailure::Connect) => "upstream_unreachable",
             Upstream(UpstreamFailure::Timeout) => "upstream_timeout",
@@ -192,14 +221,24 @@ impl GatewayError {
             }
             KeyNotFound => "API key not found.".into(),
             MethodNotAllowed => "Method not allowed on this path.".into(),
+            HeaderTimeout => "The request header did not arrive in time.".into(),
             BodyTooLarge(limit) => {
                 format!("Request body is larger than the limit of {limit} bytes.")
+            }
+            HeaderTooLarge(limit) => {
+                format!("The request header is larger than the limit of {limit} bytes.")
+            }
+            TooManyHeaders(limit) => {
+                format!("The request has more than {limit} header fields.")
             }
             RateLimited => {
                 "Rate limit reached for this key; retry with exponential backoff.".into()
             }
             NotImplemented => "This endpoint is not implemented.".into(),
             StoreUnavailable => "The gateway's store is unavailable; retry later.".into(),
+            TooManyConnections => {
+                "The gateway holds as many connections as it allows; retry with backoff.".into()
+            }
             Internal => "The gateway failed to process the request.".into(),
             Upstream(f) => upstream_message(*f).into(),
         }
@@ -276,7 +315,7 @@ fn upstream_message(f: UpstreamFailure) -> &'static str {
 
 fn messages_type(status: u16) -> &'static str {
     match status {
-        400 | 405 => "invalid_request_error",
+        400 | 405 | 408 | 431 => "invalid_request_error",
         401 => "authentication_error",
         403 => "permission_error",
         404 => "not_found_error",
@@ -289,7 +328,8 @@ fn messages_type(status: u16) -> &'static str {
 
 fn gemini_status(status: u16) -> &'static str {
     match status {
-        400 | 413 => "INVALID_ARGUMENT",
+        400 | 413 | 431 => "INVALID_ARGUMENT",
+        408 => "DEADLINE_EXCEEDED",
         401 => "UNAUTHENTICATED",
         403 => "PERMISSION_DENIED",
         404 => "NOT_FOUND",

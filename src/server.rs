@@ -1,10 +1,11 @@
-//! Assembling the Pingora services: the client listener (the proxy), the admin
+//! Assembling the Pingora services: the client listener (the proxy behind the edge), the admin
 //! listener and the video task poller (a background service). [`serve`] runs them under Pingora's `Server` (signals, graceful shutdown);
 //! [`spawn`] runs them on the current Tokio runtime over listeners the caller already
 //! bound, which is how tests and benchmarks run real gateways on ephemeral ports.
 
 use crate::api::admin::AdminApp;
 use crate::config::Config;
+use crate::edge::{Edge, EdgeLimits};
 use crate::gateway::{open_store, Gateway};
 use crate::proxy::GatewayProxy;
 use crate::store::Store;
@@ -36,15 +37,15 @@ fn server_conf(config: &Config) -> ServerConf {
     }
 }
 
+/// The client listener: the proxy behind the edge (header deadline, idle bound,
+/// connection cap, framing refusals in the envelope).
 fn proxy_service(
     gw: Arc<Gateway>,
     conf: &Arc<ServerConf>,
-) -> Listening<pingora::proxy::HttpProxy<GatewayProxy>> {
-    let mut svc = pingora::proxy::http_proxy_service_with_name(
-        conf,
-        GatewayProxy::new(gw.clone()),
-        "gateway",
-    );
+) -> Listening<Edge<pingora::proxy::HttpProxy<GatewayProxy>>> {
+    let proxy = pingora::proxy::http_proxy(conf, GatewayProxy::new(gw.clone()));
+    let edge = Edge::new(proxy, EdgeLimits::from(&gw.config.limits));
+    let mut svc = Listening::new("gateway".into(), edge);
     svc.add_tcp(&gw.config.listen.to_string());
     svc
 }

@@ -10,18 +10,20 @@ pub use cache::KeyCache;
 pub use credentials::Accepts;
 pub use policy::{client_ip, AuthKey};
 
-use crate::errors::GatewayError;
-use crate::gateway::Gateway;
+use crate::errors::{store_error, GatewayError};
 use crate::ids;
+use crate::store::Store;
 use http::HeaderMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 
 /// Authenticates a request and applies the rules every path shares: 401 for a missing,
 /// malformed or unknown key; 403 for a disabled or expired key or a disallowed address;
-/// 429 past the key's per-minute limit.
+/// 429 past the key's per-minute limit. Takes the key cache and the store it needs, not
+/// the gateway that holds them (the gateway is built from this module's cache).
 pub async fn authenticate(
-    gw: &Gateway,
+    cache: &KeyCache,
+    store: &dyn Store,
     headers: &HeaderMap,
     query: Option<&str>,
     accepts: Accepts,
@@ -32,15 +34,14 @@ pub async fn authenticate(
         return Err(GatewayError::MalformedKey);
     }
     let hash = keys::hash(&secret);
-    let key = gw.keys.get(&keys::id_from_hash(&hash), &hash).await?;
+    let key = cache.get(&keys::id_from_hash(&hash), &hash).await?;
     key.check_active(ids::now_secs())?;
     key.check_ip(ip)?;
     if let Some(rpm) = key.rec.rpm {
-        let allowed = gw
-            .store
+        let allowed = store
             .rate_hit(&key.rec.id, rpm, ids::now_ms())
             .await
-            .map_err(|e| crate::api::store_error(&e))?;
+            .map_err(|e| store_error(&e))?;
         if !allowed {
             return Err(GatewayError::RateLimited);
         }

@@ -3,6 +3,7 @@
 use crate::config::parse_net;
 use crate::errors::GatewayError;
 use crate::store::{KeyRecord, KeyStatus};
+use http::HeaderMap;
 use ipnet::IpNet;
 use std::net::IpAddr;
 
@@ -66,28 +67,35 @@ fn canonical(ip: IpAddr) -> IpAddr {
 }
 
 /// The client's address: the TCP peer, unless the peer is a trusted proxy, in which case
-/// the right-most `X-Forwarded-For` entry that is not itself a trusted proxy.
-pub fn client_ip(peer: Option<IpAddr>, xff: Option<&str>, trusted: &[IpNet]) -> Option<IpAddr> {
+/// the right-most `X-Forwarded-For` entry that is not itself a trusted proxy. Every
+/// `X-Forwarded-For` line counts, joined in order (RFC 9110 5.3): a proxy appends its
+/// own line after whatever the client sent, so reading only the first line would
+/// believe the client.
+pub fn client_ip(peer: Option<IpAddr>, headers: &HeaderMap, trusted: &[IpNet]) -> Option<IpAddr> {
     let peer = peer.map(canonical)?;
     let is_trusted = |ip: &IpAddr| trusted.iter().any(|n| n.contains(ip));
     if !is_trusted(&peer) {
         return Some(peer);
     }
-    let Some(xff) = xff else {
-        return Some(peer);
-    };
+    let lines: Vec<_> = headers.get_all("x-forwarded-for").iter().collect();
     let mut last = peer;
-    for part in xff.rsplit(',') {
-        match part.trim().parse::<IpAddr>() {
-            Ok(ip) => {
-                let ip = canonical(ip);
-                if !is_trusted(&ip) {
-                    return Some(ip);
+    for line in lines.into_iter().rev() {
+        // A line that is not text is garbled: it ends the chain of trust.
+        let Ok(line) = line.to_str() else {
+            return Some(last);
+        };
+        for part in line.rsplit(',') {
+            match part.trim().parse::<IpAddr>() {
+                Ok(ip) => {
+                    let ip = canonical(ip);
+                    if !is_trusted(&ip) {
+                        return Some(ip);
+                    }
+                    last = ip;
                 }
-                last = ip;
+                // A garbled entry ends the chain of trust.
+                Err(_) => return Some(last),
             }
-            // A garbled entry ends the chain of trust.
-            Err(_) => return Some(last),
         }
     }
     Some(last)
@@ -137,20 +145,41 @@ mod tests {
         assert!(k.check_model("b").is_err());
     }
 
+    fn xff(lines: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for l in lines {
+            h.append("x-forwarded-for", l.parse().unwrap());
+        }
+        h
+    }
+
     #[test]
     fn forwarded_for_only_from_trusted() {
         let trusted = vec!["127.0.0.1/32".parse().unwrap()];
         let peer = Some("127.0.0.1".parse().unwrap());
         let other = Some("203.0.113.9".parse().unwrap());
-        assert_eq!(client_ip(other, Some("1.1.1.1"), &trusted), other);
+        let ip = |s: &str| Some(s.parse().unwrap());
+        assert_eq!(client_ip(other, &xff(&["1.1.1.1"]), &trusted), other);
         assert_eq!(
-            client_ip(peer, Some("1.1.1.1, 2.2.2.2"), &trusted),
-            Some("2.2.2.2".parse().unwrap())
+            client_ip(peer, &xff(&["1.1.1.1, 2.2.2.2"]), &trusted),
+            ip("2.2.2.2")
         );
         assert_eq!(
-            client_ip(peer, Some("2.2.2.2, 127.0.0.1"), &trusted),
-            Some("2.2.2.2".parse().unwrap())
+            client_ip(peer, &xff(&["2.2.2.2, 127.0.0.1"]), &trusted),
+            ip("2.2.2.2")
         );
-        assert_eq!(client_ip(peer, None, &trusted), peer);
+        assert_eq!(client_ip(peer, &xff(&[]), &trusted), peer);
+    }
+
+    /// Lines are joined in order and walked from the right.
+    #[test]
+    fn forwarded_for_reads_every_line() {
+        let trusted = vec!["127.0.0.1/32".parse().unwrap()];
+        let peer = Some("127.0.0.1".parse().unwrap());
+        let ip = |s: &str| Some(s.parse().unwrap());
+        let lines = xff(&["1.1.1.1", "2.2.2.2, 127.0.0.1", "127.0.0.1"]);
+        assert_eq!(client_ip(peer, &lines, &trusted), ip("2.2.2.2"));
+        let lines = xff(&["9.9.9.9", "garbled", "127.0.0.1"]);
+        assert_eq!(client_ip(peer, &lines, &trusted), peer);
     }
 }

@@ -2,16 +2,20 @@
 //! model name is mapped, and how to reach the upstream.
 
 pub mod credentials;
+pub mod raw;
 mod resolve;
 
-use crate::config::raw::RawChannel;
-use crate::config::{config_err, ConfigError};
+pub use raw::RawChannel;
+
 use crate::ids;
 use crate::protocol::Protocol;
+use crate::redact::Hidden;
 use credentials::Signer;
 use pingora::upstreams::peer::HttpPeer;
+use raw::{invalid, Invalid};
 use resolve::Resolver;
 use std::collections::{BTreeMap, HashMap};
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,7 +102,6 @@ impl ChannelProtocol {
 }
 
 /// One configured upstream.
-#[derive(Debug)]
 pub struct Channel {
     pub name: String,
     pub protocol: ChannelProtocol,
@@ -125,15 +128,38 @@ pub struct Channel {
     resolver: Resolver,
 }
 
+/// Everything but the key's value.
+impl fmt::Debug for Channel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Channel")
+            .field("name", &self.name)
+            .field("protocol", &self.protocol)
+            .field("tls", &self.tls)
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("path_prefix", &self.path_prefix)
+            .field("api_key", &Hidden(&self.api_key))
+            .field("models", &self.models)
+            .field("model_map", &self.model_map)
+            .field("responses_api", &self.responses_api)
+            .field("priority", &self.priority)
+            .field("weight", &self.weight)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("read_timeout", &self.read_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Channel {
-    pub fn from_raw(c: RawChannel, path: &str) -> Result<Channel, ConfigError> {
+    /// Validates one channel of the configuration.
+    pub fn from_raw(c: RawChannel) -> Result<Channel, Invalid> {
         if c.name.trim().is_empty() {
-            return Err(config_err(format!("{path}.name"), "must not be empty"));
+            return Err(invalid("name", "must not be empty"));
         }
         let protocol = ChannelProtocol::parse(&c.protocol).ok_or_else(|| {
             let all: Vec<_> = ChannelProtocol::ALL.iter().map(|p| p.as_str()).collect();
-            config_err(
-                format!("{path}.protocol"),
+            invalid(
+                "protocol",
                 format!(
                     "unknown protocol `{}`; expected one of {}",
                     c.protocol,
@@ -142,26 +168,23 @@ impl Channel {
             )
         })?;
         let url = url::Url::parse(&c.base_url)
-            .map_err(|e| config_err(format!("{path}.base_url"), format!("not a URL: {e}")))?;
+            .map_err(|e| invalid("base_url", format!("not a URL: {e}")))?;
         let tls = match url.scheme() {
             "https" => true,
             "http" => false,
             s => {
-                return Err(config_err(
-                    format!("{path}.base_url"),
+                return Err(invalid(
+                    "base_url",
                     format!("scheme `{s}` is not http or https"),
                 ))
             }
         };
         if url.query().is_some() || url.fragment().is_some() {
-            return Err(config_err(
-                format!("{path}.base_url"),
-                "must not have a query or fragment",
-            ));
+            return Err(invalid("base_url", "must not have a query or fragment"));
         }
         let host = url
             .host_str()
-            .ok_or_else(|| config_err(format!("{path}.base_url"), "has no host"))?
+            .ok_or_else(|| invalid("base_url", "has no host"))?
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_string();
@@ -170,47 +193,41 @@ impl Channel {
             .unwrap_or(if tls { 443 } else { 80 });
         let path_prefix = url.path().trim_end_matches('/').to_string();
         if c.models.is_empty() {
-            return Err(config_err(
-                format!("{path}.models"),
-                "must list at least one model",
-            ));
+            return Err(invalid("models", "must list at least one model"));
         }
         for (i, m) in c.models.iter().enumerate() {
             if m.trim().is_empty() {
-                return Err(config_err(
-                    format!("{path}.models[{i}]"),
-                    "must not be empty",
-                ));
+                return Err(invalid(format!("models[{i}]"), "must not be empty"));
             }
         }
         for from in c.model_map.keys() {
             if !c.models.contains(from) {
-                return Err(config_err(
-                    format!("{path}.model_map.{from}"),
+                return Err(invalid(
+                    format!("model_map.{from}"),
                     "maps a model this channel does not list in `models`",
                 ));
             }
         }
         if c.responses_api && protocol != ChannelProtocol::OpenAi {
-            return Err(config_err(
-                format!("{path}.responses_api"),
+            return Err(invalid(
+                "responses_api",
                 "only `openai` channels can serve the Responses API natively",
             ));
         }
         if c.weight == 0 {
-            return Err(config_err(format!("{path}.weight"), "must be at least 1"));
+            return Err(invalid("weight", "must be at least 1"));
         }
         let chat_limit_field = match c.max_tokens_field.as_deref() {
             None | Some("max_completion_tokens") => "max_completion_tokens",
             Some("max_tokens") if protocol == ChannelProtocol::OpenAi => "max_tokens",
             Some(other) => {
-                return Err(config_err(
-                    format!("{path}.max_tokens_field"),
+                return Err(invalid(
+                    "max_tokens_field",
                     format!("`{other}`: expected `max_completion_tokens` or `max_tokens` (`openai` channels only)"),
                 ))
             }
         };
-        let signer = signer(&c, protocol, path)?;
+        let signer = signer(&c, protocol)?;
         Ok(Channel {
             chat_limit_field,
             resolver: Resolver::new(host.clone(), port),
@@ -283,7 +300,7 @@ impl Channel {
             connect_timeout_secs: self.connect_timeout.as_secs(),
             read_timeout_secs: self.read_timeout.as_secs(),
         };
-        let channel = Channel::from_raw(raw, "download").ok()?;
+        let channel = Channel::from_raw(raw).ok()?;
         let mut path = u.path().to_string();
         if let Some(q) = u.query() {
             path.push('?');
@@ -324,11 +341,7 @@ impl Channel {
 /// The signer of a channel with a key pair: both keys or neither, and only on the video
 /// protocols whose vendors sign requests (without a pair they take `api_key` as a bearer
 /// key, e.g. behind a signing proxy).
-fn signer(
-    c: &RawChannel,
-    protocol: ChannelProtocol,
-    path: &str,
-) -> Result<Option<Signer>, ConfigError> {
+fn signer(c: &RawChannel, protocol: ChannelProtocol) -> Result<Option<Signer>, Invalid> {
     let (ak, sk) = (c.access_key.trim(), c.secret_key.trim());
     if ak.is_empty() && sk.is_empty() {
         return Ok(None);
@@ -339,8 +352,8 @@ fn signer(
         } else {
             "access_key"
         };
-        return Err(config_err(
-            format!("{path}.{field}"),
+        return Err(invalid(
+            field,
             "only `video-a` and `video-b` channels sign requests with a key pair; use `api_key`",
         ));
     }
@@ -350,14 +363,14 @@ fn signer(
         } else {
             "secret_key"
         };
-        return Err(config_err(
-            format!("{path}.{missing}"),
+        return Err(invalid(
+            missing,
             "is required with the other key of the pair",
         ));
     }
     if !c.api_key.is_empty() {
-        return Err(config_err(
-            format!("{path}.api_key"),
+        return Err(invalid(
+            "api_key",
             "a channel that signs with `access_key` and `secret_key` takes no `api_key`",
         ));
     }
@@ -463,7 +476,7 @@ mod tests {
             connect_timeout_secs: 1,
             read_timeout_secs: 1,
         };
-        Arc::new(Channel::from_raw(raw, "c").unwrap())
+        Arc::new(Channel::from_raw(raw).unwrap())
     }
 
     #[test]
@@ -500,28 +513,28 @@ mod tests {
             connect_timeout_secs: 1,
             read_timeout_secs: 1,
         };
-        let path_of = |r| Channel::from_raw(r, "c").unwrap_err().path;
+        let path_of = |r| Channel::from_raw(r).unwrap_err().field;
         assert!(matches!(
-            Channel::from_raw(raw("video-a", "", "ak", "sk"), "c")
+            Channel::from_raw(raw("video-a", "", "ak", "sk"))
                 .unwrap()
                 .signer,
             Some(Signer::Kling(_))
         ));
         assert!(matches!(
-            Channel::from_raw(raw("video-b", "", "ak", "sk"), "c")
+            Channel::from_raw(raw("video-b", "", "ak", "sk"))
                 .unwrap()
                 .signer,
             Some(Signer::Volcengine(_))
         ));
-        assert!(Channel::from_raw(raw("video-b", "k", "", ""), "c")
+        assert!(Channel::from_raw(raw("video-b", "k", "", ""))
             .unwrap()
             .signer
             .is_none());
-        assert_eq!(path_of(raw("video-b", "", "ak", "")), "c.secret_key");
-        assert_eq!(path_of(raw("video-a", "", "", "sk")), "c.access_key");
-        assert_eq!(path_of(raw("openai", "", "ak", "sk")), "c.access_key");
-        assert_eq!(path_of(raw("video-a", "k", "ak", "sk")), "c.api_key");
-        let c = Channel::from_raw(raw("video-a", "", "ak-secret", "sk-secret"), "c").unwrap();
+        assert_eq!(path_of(raw("video-b", "", "ak", "")), "secret_key");
+        assert_eq!(path_of(raw("video-a", "", "", "sk")), "access_key");
+        assert_eq!(path_of(raw("openai", "", "ak", "sk")), "access_key");
+        assert_eq!(path_of(raw("video-a", "k", "ak", "sk")), "api_key");
+        let c = Channel::from_raw(raw("video-a", "", "ak-secret", "sk-secret")).unwrap();
         assert!(!format!("{c:?}").contains("secret"), "keys never printed");
     }
 

@@ -11,6 +11,7 @@ pub mod raw;
 use crate::billing::Price;
 use crate::channels::{Channel, ChannelProtocol};
 use crate::media::images::Families;
+use crate::redact::{self, Hidden, Secrets};
 use ipnet::IpNet;
 use raw::RawConfig;
 use std::collections::{BTreeMap, HashSet};
@@ -46,16 +47,43 @@ fn err(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum StoreConfig {
     Embedded { path: PathBuf },
     Redis { urls: Vec<String>, cluster: bool },
 }
 
-#[derive(Debug, Clone)]
+/// A Redis URL may carry a password: shown without it.
+impl fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreConfig::Embedded { path } => {
+                f.debug_struct("Embedded").field("path", path).finish()
+            }
+            StoreConfig::Redis { urls, cluster } => {
+                let urls: Vec<String> = urls.iter().map(|u| redact::url(u)).collect();
+                f.debug_struct("Redis")
+                    .field("urls", &urls)
+                    .field("cluster", cluster)
+                    .finish()
+            }
+        }
+    }
+}
+
+#[derive(Clone)]
 pub struct AdminConfig {
     pub listen: SocketAddr,
     pub token: String,
+}
+
+impl fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminConfig")
+            .field("listen", &self.listen)
+            .field("token", &Hidden(&self.token))
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -64,7 +92,17 @@ pub struct Limits {
     pub max_response_bytes: usize,
     pub reservation_ttl_secs: u64,
     pub shutdown_grace: std::time::Duration,
+    /// The client listener's edge (see `edge`).
+    pub header_timeout: Duration,
+    /// `None`: connections are not kept alive between requests.
+    pub idle_keepalive: Option<Duration>,
+    pub max_client_connections: usize,
+    pub max_header_bytes: usize,
 }
+
+/// The largest `limits.max_header_bytes`: Pingora, which parses the header again, takes
+/// at most 1 MiB with the first body bytes read alongside it.
+pub const MAX_HEADER_BYTES_LIMIT: usize = 512 * 1024;
 
 /// Asynchronous video tasks (see [`raw::RawVideo`]).
 #[derive(Debug, Clone)]
@@ -141,6 +179,8 @@ pub struct Config {
     pub prices: BTreeMap<String, Price>,
     pub image_families: Families,
     pub video: VideoConfig,
+    /// Every configured secret (channel keys, the admin token), to keep out of the log.
+    pub secrets: Secrets,
 }
 
 impl Config {
@@ -219,8 +259,21 @@ impl Config {
             },
             _ => return Err(err("store", "set exactly one of `embedded` or `redis`")),
         };
-        if raw.limits.max_body_bytes == 0 {
+        let l = &raw.limits;
+        if l.max_body_bytes == 0 {
             return Err(err("limits.max_body_bytes", "must be positive"));
+        }
+        if l.header_timeout_secs == 0 {
+            return Err(err("limits.header_timeout_secs", "must be positive"));
+        }
+        if l.max_client_connections == 0 {
+            return Err(err("limits.max_client_connections", "must be positive"));
+        }
+        if !(1024..=MAX_HEADER_BYTES_LIMIT).contains(&l.max_header_bytes) {
+            return Err(err(
+                "limits.max_header_bytes",
+                format!("must be between 1024 and {MAX_HEADER_BYTES_LIMIT}"),
+            ));
         }
         let mut trusted_proxies = Vec::new();
         for (i, p) in raw.trusted_proxies.iter().enumerate() {
@@ -267,9 +320,18 @@ impl Config {
                     format!("duplicate channel name `{}`", c.name),
                 ));
             }
-            channels.push(Arc::new(Channel::from_raw(c, &path)?));
+            let channel =
+                Channel::from_raw(c).map_err(|e| err(format!("{path}.{}", e.field), e.message))?;
+            channels.push(Arc::new(channel));
         }
+        let secrets = Secrets::new(
+            channels
+                .iter()
+                .map(|c| c.api_key.as_str())
+                .chain(admin.iter().map(|a| a.token.as_str())),
+        );
         Ok(Config {
+            secrets,
             listen,
             admin,
             store,
@@ -278,6 +340,11 @@ impl Config {
                 max_response_bytes: raw.limits.max_response_bytes,
                 reservation_ttl_secs: raw.limits.reservation_ttl_secs.max(60),
                 shutdown_grace: std::time::Duration::from_secs(raw.limits.shutdown_grace_secs),
+                header_timeout: Duration::from_secs(raw.limits.header_timeout_secs),
+                idle_keepalive: (raw.limits.idle_keepalive_secs > 0)
+                    .then(|| Duration::from_secs(raw.limits.idle_keepalive_secs)),
+                max_client_connections: raw.limits.max_client_connections,
+                max_header_bytes: raw.limits.max_header_bytes,
             },
             trusted_proxies,
             threads: raw.threads,
@@ -382,6 +449,28 @@ prices:
         let bad = GOOD.replace("{ gpt-4o: gpt", "{ gpt-5: gpt");
         let e = Config::parse(&bad, Path::new(".")).unwrap_err();
         assert_eq!(e.path, "channels[0].model_map.gpt-5");
+    }
+
+    /// `Debug` output (logs, panics) never shows an upstream key, the admin token or a
+    /// store password.
+    #[test]
+    fn debug_output_hides_secrets() {
+        let text = GOOD.replace("sk-upstream", "sk-upstream-secret-1")
+            + "admin: { listen: 127.0.0.1:8081, token: admin-token-secret-2 }\n";
+        let c = Config::parse(&text, Path::new(".")).unwrap();
+        let shown = format!("{c:?} {:?} {:?}", c.channels[0], c.admin);
+        assert!(shown.contains("openai-main"), "{shown}");
+        for secret in ["sk-upstream-secret-1", "admin-token-secret-2"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        let text = GOOD.replace(
+            "{ embedded: { path: ./data } }",
+            "{ redis: { url: \"redis://:store-password-3@127.0.0.1:6379\" } }",
+        );
+        let c = Config::parse(&text, Path::new(".")).unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("store-password-3"), "{shown}");
+        assert!(shown.contains("127.0.0.1:6379"), "{shown}");
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! Stage one: the YAML file as plain structs. Unknown fields are errors, so a typo in a
 //! field name fails `check-config` with its path instead of silently taking a default.
 
+use crate::channels::RawChannel;
+use crate::redact::{self, Hidden};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::fmt;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -82,11 +85,20 @@ fn default_key_cache_ttl() -> u64 {
     5
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawAdmin {
     pub listen: String,
     pub token: String,
+}
+
+impl fmt::Debug for RawAdmin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawAdmin")
+            .field("listen", &self.listen)
+            .field("token", &Hidden(&self.token))
+            .finish()
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -102,13 +114,24 @@ pub struct RawEmbedded {
     pub path: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRedis {
     /// One node: `redis://host:port/db`.
     pub url: Option<String>,
     /// Seed nodes of a Redis Cluster.
     pub cluster: Option<Vec<String>>,
+}
+
+/// URLs without their passwords.
+impl fmt::Debug for RawRedis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls = |u: &Vec<String>| u.iter().map(|u| redact::url(u)).collect::<Vec<_>>();
+        f.debug_struct("RawRedis")
+            .field("url", &self.url.as_deref().map(redact::url))
+            .field("cluster", &self.cluster.as_ref().map(urls))
+            .finish()
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -126,10 +149,19 @@ pub struct RawLimits {
     /// before the streams still running are ended with an error event and settled.
     #[serde(default = "default_shutdown_grace")]
     pub shutdown_grace_secs: u64,
-}
-
-fn default_shutdown_grace() -> u64 {
-    30
+    /// A client's request header must arrive whole within this time (of the connection
+    /// opening, or of the first byte of a later request on it).
+    #[serde(default = "default_header_timeout")]
+    pub header_timeout_secs: u64,
+    /// A keep-alive connection with no request for this long is closed; 0: none kept.
+    #[serde(default = "default_idle_keepalive")]
+    pub idle_keepalive_secs: u64,
+    /// Client connections served at once; past it a new connection gets 503.
+    #[serde(default = "default_max_client_connections")]
+    pub max_client_connections: usize,
+    /// Largest request header (request line and fields); larger ones get 431.
+    #[serde(default = "default_max_header_bytes")]
+    pub max_header_bytes: usize,
 }
 
 impl Default for RawLimits {
@@ -139,8 +171,32 @@ impl Default for RawLimits {
             max_response_bytes: default_max_response(),
             reservation_ttl_secs: default_reservation_ttl(),
             shutdown_grace_secs: default_shutdown_grace(),
+            header_timeout_secs: default_header_timeout(),
+            idle_keepalive_secs: default_idle_keepalive(),
+            max_client_connections: default_max_client_connections(),
+            max_header_bytes: default_max_header_bytes(),
         }
     }
+}
+
+fn default_shutdown_grace() -> u64 {
+    30
+}
+
+fn default_header_timeout() -> u64 {
+    10
+}
+
+fn default_idle_keepalive() -> u64 {
+    60
+}
+
+fn default_max_client_connections() -> usize {
+    16_384
+}
+
+fn default_max_header_bytes() -> usize {
+    64 * 1024
 }
 
 fn default_max_body() -> usize {
@@ -153,53 +209,6 @@ fn default_max_response() -> usize {
 
 fn default_reservation_ttl() -> u64 {
     3600
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawChannel {
-    pub name: String,
-    pub protocol: String,
-    pub base_url: String,
-    #[serde(default)]
-    pub api_key: String,
-    /// `video-a` (Kling) and `video-b` (Volcengine) channels: the key pair that signs
-    /// each request, instead of `api_key`. Give them as `${VAR}`.
-    #[serde(default)]
-    pub access_key: String,
-    #[serde(default)]
-    pub secret_key: String,
-    pub models: Vec<String>,
-    #[serde(default)]
-    pub model_map: BTreeMap<String, String>,
-    /// `openai` channels only: the upstream serves `/v1/responses` itself.
-    #[serde(default)]
-    pub responses_api: bool,
-    /// `openai` channels: how the upstream spells the chat output limit
-    /// (`max_completion_tokens`, the default, or `max_tokens`).
-    #[serde(default)]
-    pub max_tokens_field: Option<String>,
-    #[serde(default)]
-    pub priority: i32,
-    #[serde(default = "default_weight")]
-    pub weight: u32,
-    #[serde(default = "default_connect_timeout")]
-    pub connect_timeout_secs: u64,
-    /// Longest wait for any single read from the upstream (first byte included).
-    #[serde(default = "default_read_timeout")]
-    pub read_timeout_secs: u64,
-}
-
-fn default_weight() -> u32 {
-    1
-}
-
-fn default_connect_timeout() -> u64 {
-    10
-}
-
-fn default_read_timeout() -> u64 {
-    300
 }
 
 #[derive(Debug, Deserialize)]

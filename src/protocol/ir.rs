@@ -4,6 +4,7 @@
 //! call ids, thinking signatures, cached-token usage) has one place to live on the way
 //! through. Same-protocol traffic never comes here: it is passed through untouched.
 
+use super::sse::Fault;
 use super::Usage;
 use serde_json::Value;
 
@@ -254,20 +255,60 @@ pub enum Event {
 
 /// Upstream stream bytes → events. Never assumes one read is one event; buffers are
 /// bounded (the SSE decoder's limit).
+///
+/// At the first event that cannot be read (oversized, not UTF-8, not the protocol's
+/// JSON: half an event, say) `feed` or `flush` answer `Err` and keep answering it: the
+/// events before the fault are in `events`, and from then on only usage reports are
+/// added (the client's answer ends at the fault; the bill still counts what the
+/// upstream reports later).
 pub trait StreamDecoder: Send {
-    /// Bytes in, any split; completed events appended to `events`. `Err` means the
-    /// upstream sent something unusable (an oversized event): the stream is over.
+    /// Bytes in, any split; completed events appended to `events`.
     fn feed(&mut self, chunk: &[u8], events: &mut Vec<Event>) -> Result<(), StreamBroken>;
     /// The body ended: decode whatever was left unterminated.
-    fn flush(&mut self, events: &mut Vec<Event>);
+    fn flush(&mut self, events: &mut Vec<Event>) -> Result<(), StreamBroken>;
     /// Whether the upstream's own end-of-stream marker was seen (chat `[DONE]`, messages
     /// `message_stop`, a generate-content chunk with a `finishReason`); a stream that
     /// ends without it was cut.
     fn complete(&self) -> bool;
 }
 
+/// The stream broke at an event that could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StreamBroken;
+pub struct StreamBroken(pub Fault);
+
+impl StreamBroken {
+    /// `Err` once a decoder met a fault.
+    pub fn check(fault: Option<Fault>) -> Result<(), StreamBroken> {
+        fault.map_or(Ok(()), |f| Err(StreamBroken(f)))
+    }
+}
+
+/// Decodes one upstream event's JSON with `decode`, unless the stream already broke, in
+/// which case only the usage reports `decode` finds are kept. Records the first fault.
+pub fn decode_json<D>(
+    ev: &super::sse::Event,
+    broken: &mut Option<Fault>,
+    events: &mut Vec<Event>,
+    mut decode: D,
+) where
+    D: FnMut(&Value, &mut Vec<Event>),
+{
+    let v = match ev.json() {
+        Ok(Some(v)) => v,
+        Ok(None) => return,
+        Err(f) => {
+            broken.get_or_insert(f);
+            return;
+        }
+    };
+    if broken.is_none() {
+        decode(&v, events);
+        return;
+    }
+    let mut later = Vec::new();
+    decode(&v, &mut later);
+    events.extend(later.into_iter().filter(|e| matches!(e, Event::Usage(_))));
+}
 
 /// Events → client stream bytes.
 pub trait StreamEncoder: Send {

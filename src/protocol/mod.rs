@@ -12,6 +12,8 @@ pub mod messages;
 pub mod responses;
 pub mod shallow;
 pub mod sse;
+#[cfg(test)]
+mod stream_tests;
 mod translate;
 
 use serde_json::Value;
@@ -105,6 +107,11 @@ pub trait StreamTranslator: Send {
     fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>);
     /// Usage reported so far.
     fn usage(&self) -> Usage;
+    /// Bytes of generated output the stream has carried to the client so far: the text,
+    /// reasoning and tool-call arguments (decoded, without the protocol's framing). An
+    /// upper bound of the output tokens at one token per byte, to bill a stream whose
+    /// upstream reported no usage.
+    fn delivered_bytes(&self) -> u64;
 }
 
 fn unsupported(client: Protocol, upstream: Protocol) -> Invalid {

@@ -1,9 +1,10 @@
 //! A cross-protocol stream: the upstream's decoder and the client's encoder, joined by
 //! [`ir::Event`]s. This is where a stream's end is decided: a clean end only when the
-//! upstream's own end marker arrived; anything else (a cut, an oversized event, an error
-//! event) closes the client's stream with its protocol's terminal error, never a hang.
+//! upstream's own end marker arrived; anything else (a cut, an event that cannot be read,
+//! an error event) closes the client's stream with its protocol's terminal error, never a
+//! hang, and never a truncated answer marked complete.
 
-use super::ir::{Event, StreamDecoder, StreamEncoder};
+use super::ir::{Event, StreamBroken, StreamDecoder, StreamEncoder};
 use super::{StreamTranslator, Usage};
 
 pub struct Translated {
@@ -13,6 +14,7 @@ pub struct Translated {
     usage: Usage,
     request_id: String,
     ended: bool,
+    delivered: u64,
 }
 
 impl Translated {
@@ -28,6 +30,7 @@ impl Translated {
             usage: Usage::default(),
             request_id,
             ended: false,
+            delivered: 0,
         }
     }
 
@@ -52,6 +55,11 @@ impl Translated {
                 self.end_with_error("The upstream provider reported an error mid-stream.", out);
                 continue;
             }
+            if let Event::Text(t) | Event::Thinking(t) | Event::ToolCallArgs { fragment: t, .. } =
+                &ev
+            {
+                self.delivered += t.len() as u64;
+            }
             self.encoder.event(&ev, out);
         }
     }
@@ -59,16 +67,19 @@ impl Translated {
 
 impl StreamTranslator for Translated {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        let broken = self.decoder.feed(chunk, &mut self.events).is_err();
+        let fed = self.decoder.feed(chunk, &mut self.events);
         self.emit(out);
-        if broken {
-            self.end_with_error("The upstream sent an oversized event.", out);
+        if let Err(StreamBroken(fault)) = fed {
+            self.end_with_error(fault.message(), out);
         }
     }
 
     fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
-        self.decoder.flush(&mut self.events);
+        let flushed = self.decoder.flush(&mut self.events);
         self.emit(out);
+        if let Err(StreamBroken(fault)) = flushed {
+            self.end_with_error(fault.message(), out);
+        }
         if self.ended {
             return;
         }
@@ -90,5 +101,9 @@ impl StreamTranslator for Translated {
 
     fn usage(&self) -> Usage {
         self.usage
+    }
+
+    fn delivered_bytes(&self) -> u64 {
+        self.delivered
     }
 }

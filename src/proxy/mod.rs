@@ -118,12 +118,14 @@ async fn dispatch(
         .client_addr()
         .and_then(|a| a.as_inet())
         .map(|a| a.ip());
-    let xff = session
-        .get_header("x-forwarded-for")
-        .and_then(|v| v.to_str().ok());
-    let ip = client_ip(peer, xff, &gw.config.trusted_proxies);
+    let ip = client_ip(
+        peer,
+        &session.req_header().headers,
+        &gw.config.trusted_proxies,
+    );
     let key = auth::authenticate(
-        gw,
+        &gw.keys,
+        gw.store.as_ref(),
         &session.req_header().headers,
         query,
         route.accepts(path),

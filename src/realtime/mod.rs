@@ -61,7 +61,7 @@
 //! and priced by another model).
 
 mod billing;
-mod frames;
+pub mod frames;
 mod handshake;
 mod link;
 mod upstream;
@@ -197,7 +197,7 @@ async fn connect(
         let body = upstream::refusal_body(&mut http, ERROR_BODY_LIMIT).await;
         tracing::warn!(
             request_id = %ctx.request_id, channel = %channel.name, status,
-            body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
+            body = %gw.config.secrets.body(&body),
             "realtime upstream refused the upgrade"
         );
         http.shutdown().await;

@@ -122,7 +122,7 @@ pub(crate) async fn refused(gw: &Gateway, ctx: &Ctx, mut ex: Exchange) -> Gatewa
     let body = ex.body(ERROR_BODY_LIMIT).await.unwrap_or_default();
     tracing::warn!(
         request_id = %ctx.request_id, channel = %ex.channel.name, status,
-        body = %String::from_utf8_lossy(&body[..body.len().min(512)]),
+        body = %gw.config.secrets.body(&body),
         "upstream error"
     );
     ex.finish(gw).await;

@@ -239,7 +239,8 @@ pub struct TokenMeter {
     price: Price,
     translator: Option<Box<dyn StreamTranslator>>,
     reported: Usage,
-    /// Bytes of output delivered (the count an unreported usage is billed by).
+    /// Bytes of output delivered: the generated text of a stream, the whole body of a
+    /// whole answer (the count an unreported usage is billed by).
     delivered: u64,
 }
 
@@ -295,9 +296,8 @@ impl Meter for TokenMeter {
 
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
         if let Some(tr) = self.translator.as_mut() {
-            let before = out.len();
             tr.feed(chunk, out);
-            self.delivered += (out.len() - before) as u64;
+            self.delivered = tr.delivered_bytes();
             self.reported = tr.usage();
         }
     }
@@ -305,6 +305,7 @@ impl Meter for TokenMeter {
     fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
         if let Some(tr) = self.translator.as_mut() {
             tr.finish(error, out);
+            self.delivered = tr.delivered_bytes();
             self.reported = tr.usage();
         }
     }

@@ -271,7 +271,7 @@ async fn submit(
         Ok((vendors::Submitted::Task(id), _)) => id,
         Ok((refused, answer)) => {
             tracing::warn!(request_id = %ctx.request_id, channel = %channel.name,
-                body = %String::from_utf8_lossy(&answer[..answer.len().min(512)]),
+                body = %gw.config.secrets.body(&answer),
                 "video submission refused or not understood");
             guard.settle(0).await;
             return Err(GatewayError::Upstream(match refused {
@@ -552,7 +552,7 @@ pub async fn poll_once(gw: &Gateway, r: &TaskRef) -> Option<TaskRecord> {
             }
         },
         Asked::Failed(f) => {
-            tracing::warn!(task = %t.id, channel = %t.channel, upstream = %f.detail,
+            tracing::warn!(task = %t.id, channel = %t.channel, upstream = %gw.config.secrets.body(f.detail.as_bytes()),
                 "video task failed upstream");
             Some(fail(gw, t, "generation_failed", &f.message).await)
         }
@@ -607,7 +607,7 @@ async fn ask(gw: &Gateway, channel: &Arc<Channel>, t: &TaskRecord) -> Asked {
         vendors::Polled::Progress(p) => Asked::Progress(p),
         vendors::Polled::Failed(f) => Asked::Failed(f),
         vendors::Polled::Retry(why) => {
-            tracing::warn!(task = %t.id, channel = %channel.name, status, answer = %why,
+            tracing::warn!(task = %t.id, channel = %channel.name, status, answer = %gw.config.secrets.body(why.as_bytes()),
                 "video status poll to be repeated");
             Asked::Retry
         }

@@ -3,6 +3,8 @@
 
 #[path = "../support/dashscope.rs"]
 mod dashscope;
+#[path = "../support/faulty_upstream.rs"]
+mod faulty_upstream;
 #[path = "../support/flaky_proxy.rs"]
 mod flaky_proxy;
 #[path = "../support/gateway.rs"]
@@ -31,6 +33,8 @@ mod cap;
 mod cap_property;
 mod cap_streams;
 mod chat;
+mod edges;
+mod edges_http;
 mod lifecycle;
 mod local;
 mod media;

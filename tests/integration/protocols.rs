@@ -9,14 +9,14 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Client {
+pub enum Client {
     Chat,
     Messages,
     Gemini,
     Responses,
 }
 
-const CLIENTS: [Client; 4] = [
+pub const CLIENTS: [Client; 4] = [
     Client::Chat,
     Client::Messages,
     Client::Gemini,
@@ -45,7 +45,7 @@ pub fn config(base: &str) -> String {
 /// 8 plain prompt tokens at 1, 2 cached at 0.5, 5 output at 2 micro-USD each.
 const COST: i64 = 8 + 1 + 10;
 
-fn request(
+pub fn request(
     gw: &TestGateway,
     client: Client,
     model: &str,
@@ -136,7 +136,7 @@ pub async fn events(resp: reqwest::Response) -> Vec<(String, String)> {
         .collect()
 }
 
-fn stream_text(client: Client, evs: &[(String, String)]) -> String {
+pub fn stream_text(client: Client, evs: &[(String, String)]) -> String {
     let mut out = String::new();
     for (name, data) in evs {
         let Ok(v) = serde_json::from_str::<Value>(data) else {
@@ -163,7 +163,7 @@ fn stream_text(client: Client, evs: &[(String, String)]) -> String {
 }
 
 /// Whether the stream ended the way the client's SDK expects a complete stream to end.
-fn ended_cleanly(client: Client, evs: &[(String, String)]) -> bool {
+pub fn ended_cleanly(client: Client, evs: &[(String, String)]) -> bool {
     let Some((name, data)) = evs.last() else {
         return false;
     };
@@ -177,7 +177,7 @@ fn ended_cleanly(client: Client, evs: &[(String, String)]) -> bool {
 }
 
 /// Whether the stream ended with the client protocol's terminal error.
-fn ended_with_error(client: Client, evs: &[(String, String)]) -> bool {
+pub fn ended_with_error(client: Client, evs: &[(String, String)]) -> bool {
     let Some((name, data)) = evs.last() else {
         return false;
     };

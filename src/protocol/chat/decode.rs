@@ -8,8 +8,8 @@
 
 use super::response::{parse_finish, reasoning_text, synth_call_id};
 use super::usage_of;
-use crate::protocol::ir::{Event, StreamBroken, StreamDecoder};
-use crate::protocol::sse;
+use crate::protocol::ir::{decode_json, Event, StreamBroken, StreamDecoder};
+use crate::protocol::sse::{self, Fault};
 use crate::protocol::Usage;
 use serde_json::{json, Value};
 
@@ -26,6 +26,8 @@ struct Decoder {
     answer: Option<Value>,
     usage: Option<Usage>,
     done: bool,
+    /// The first event that could not be read.
+    broken: Option<Fault>,
 }
 
 struct Call {
@@ -45,15 +47,16 @@ impl Decoder {
                 // Nothing after the end marker means anything.
                 continue;
             }
-            if ev.data.trim() == "[DONE]" {
-                self.open_all(events);
+            if ev.fault.is_none() && ev.data.trim() == "[DONE]" {
+                if self.broken.is_none() {
+                    self.open_all(events);
+                }
                 self.done = true;
                 continue;
             }
-            // Keep-alives and other non-JSON lines carry nothing.
-            if let Ok(v) = serde_json::from_str::<Value>(&ev.data) {
-                self.chunk(&v, events);
-            }
+            let mut broken = self.broken;
+            decode_json(&ev, &mut broken, events, |v, out| self.chunk(v, out));
+            self.broken = broken;
         }
     }
 
@@ -197,21 +200,22 @@ impl Decoder {
 
 impl StreamDecoder for Decoder {
     fn feed(&mut self, chunk: &[u8], events: &mut Vec<Event>) -> Result<(), StreamBroken> {
-        let fed = self.sse.feed(chunk, &mut self.pending);
+        self.sse.feed(chunk, &mut self.pending);
         self.drain(events);
-        fed.map_err(|_| StreamBroken)
+        StreamBroken::check(self.broken)
     }
 
-    fn flush(&mut self, events: &mut Vec<Event>) {
+    fn flush(&mut self, events: &mut Vec<Event>) -> Result<(), StreamBroken> {
         self.sse.flush(&mut self.pending);
         self.drain(events);
-        if !self.done {
+        if !self.done && self.broken.is_none() {
             self.open_all(events);
         }
+        StreamBroken::check(self.broken)
     }
 
     fn complete(&self) -> bool {
-        self.done
+        self.done && self.broken.is_none()
     }
 }
 

@@ -10,6 +10,7 @@
 mod decode;
 mod encode;
 mod from_ir;
+mod passthrough;
 mod response;
 #[cfg(test)]
 mod testutil;
@@ -18,14 +19,11 @@ mod to_ir;
 pub use decode::decoder;
 pub use encode::encoder;
 pub use from_ir::from_ir;
+pub use passthrough::Passthrough;
 pub use response::{parse_response, render_response};
 pub use to_ir::to_ir;
 
-use super::sse::{Decoder, Event};
-use super::{
-    Invalid, RequestOptions, StreamContext, StreamTranslator, TranslateError, UpstreamRequest,
-    Usage,
-};
+use super::{Invalid, RequestOptions, TranslateError, UpstreamRequest, Usage};
 use serde_json::{json, Map, Value};
 
 use super::invalid;
@@ -84,6 +82,21 @@ fn mistyped(field: &str, what: &str) -> Invalid {
     invalid(field, format!("`{field}` must be {what}."))
 }
 
+/// The most choices one request may ask for (OpenAI documents 128). Each is a whole
+/// answer, so an unbounded `n` would be an unbounded bill.
+pub const MAX_CHOICES: u64 = 128;
+
+/// `n`, once its type is known to be right: 1 to [`MAX_CHOICES`].
+fn check_choices(n: Option<&Value>) -> Result<(), Invalid> {
+    match n.and_then(Value::as_u64) {
+        Some(n) if !(1..=MAX_CHOICES).contains(&n) => Err(invalid(
+            "n",
+            format!("`n` must be between 1 and {MAX_CHOICES}; it is {n}."),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Spec 2.2a: `model` (string) and `messages` (array of objects with `role` and
 /// `content`); the common optional fields must have their JSON types.
 pub fn validate(body: &Value) -> Result<(), Invalid> {
@@ -113,7 +126,7 @@ pub fn validate(body: &Value) -> Result<(), Invalid> {
             }
         }
     }
-    Ok(())
+    check_choices(obj.get("n"))
 }
 
 /// [`validate`] on a body read one level deep: the same checks, in the same order,
@@ -152,7 +165,7 @@ pub fn validate_shallow(top: &Shallow<'_>) -> Result<(), Invalid> {
             return Err(mistyped(field, what));
         }
     }
-    Ok(())
+    check_choices(top.value("n").as_ref())
 }
 
 /// [`passthrough_request`] from a body read one level deep: the body is written once,
@@ -255,114 +268,6 @@ pub fn error_event(message: &str) -> Vec<u8> {
     format!("data: {v}\n\n").into_bytes()
 }
 
-/// Chat → chat stream: events pass through with the client's model name; the usage-only
-/// chunk is dropped unless the client asked for it.
-pub struct Passthrough {
-    ctx: StreamContext,
-    decoder: Decoder,
-    events: Vec<Event>,
-    usage: Usage,
-    done: bool,
-    failed: bool,
-}
-
-impl Passthrough {
-    pub fn new(ctx: StreamContext) -> Passthrough {
-        Passthrough {
-            ctx,
-            decoder: Decoder::new(),
-            events: Vec::new(),
-            usage: Usage::default(),
-            done: false,
-            failed: false,
-        }
-    }
-
-    fn emit(&mut self, out: &mut Vec<u8>) {
-        for ev in std::mem::take(&mut self.events) {
-            if self.done || self.failed {
-                continue;
-            }
-            if ev.data == "[DONE]" {
-                self.done = true;
-                out.extend_from_slice(b"data: [DONE]\n\n");
-                continue;
-            }
-            let Ok(mut v) = serde_json::from_str::<Value>(&ev.data) else {
-                // Not JSON (a keep-alive, or the half event of a cut stream): nothing a
-                // client can parse, and nothing the gateway could sanitize.
-                continue;
-            };
-            if v.get("error").is_some_and(Value::is_object) {
-                // spec 7.2: the provider's own words never reach the client.
-                self.failed = true;
-                out.extend_from_slice(&error_event(&format!(
-                    "The upstream provider reported an error mid-stream. (request id: {})",
-                    self.ctx.request_id
-                )));
-                continue;
-            }
-            if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-                self.usage = usage_of(u);
-            }
-            let usage_only = v
-                .get("choices")
-                .and_then(Value::as_array)
-                .is_some_and(Vec::is_empty)
-                && v.get("usage").is_some_and(Value::is_object);
-            if usage_only && !self.ctx.client_wants_usage {
-                continue;
-            }
-            if let Some(obj) = v.as_object_mut() {
-                if !self.ctx.client_wants_usage {
-                    obj.remove("usage");
-                }
-                if obj.get("model").and_then(Value::as_str) != Some(self.ctx.client_model.as_str())
-                    && obj.contains_key("model")
-                {
-                    obj.insert("model".into(), Value::String(self.ctx.client_model.clone()));
-                }
-            }
-            out.extend_from_slice(b"data: ");
-            out.extend_from_slice(v.to_string().as_bytes());
-            out.extend_from_slice(b"\n\n");
-        }
-    }
-}
-
-impl StreamTranslator for Passthrough {
-    fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        if self.decoder.feed(chunk, &mut self.events).is_err() {
-            self.failed = true;
-            out.extend_from_slice(&error_event(&format!(
-                "The upstream sent an oversized event. (request id: {})",
-                self.ctx.request_id
-            )));
-        }
-        self.emit(out);
-    }
-
-    fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
-        self.decoder.flush(&mut self.events);
-        self.emit(out);
-        if self.done || self.failed {
-            return;
-        }
-        let message = error.map(str::to_string).unwrap_or_else(|| {
-            format!(
-                "The upstream provider ended the stream before it was complete. (request id: {})",
-                self.ctx.request_id
-            )
-        });
-        out.extend_from_slice(&error_event(&message));
-        self.failed = true;
-    }
-
-    fn usage(&self) -> Usage {
-        self.usage
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,6 +293,11 @@ mod tests {
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":-1}"#,
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"max_tokens":1.5}"#,
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":2}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":128}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":129}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":1000000000}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":0}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"}],"n":null}"#,
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":{}}"#,
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":[]}"#,
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"top_p":null}"#,
@@ -436,56 +346,6 @@ mod tests {
         }
     }
 
-    fn ctx(wants: bool) -> StreamContext {
-        StreamContext {
-            client_model: "gpt-4o".into(),
-            request_id: "rid".into(),
-            created: 0,
-            client_wants_usage: wants,
-            client_sse: true,
-        }
-    }
-
-    const STREAM: &str = concat!(
-        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}],\"model\":\"gpt-4o-2024-08-06\"}\n\n",
-        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"prompt_tokens_details\":{\"cached_tokens\":2}},\"model\":\"gpt-4o-2024-08-06\"}\n\n",
-        "data: [DONE]\n\n"
-    );
-
-    fn run(wants: bool, step: usize, input: &str) -> (String, Usage) {
-        let mut t = Passthrough::new(ctx(wants));
-        let mut out = Vec::new();
-        for p in input.as_bytes().chunks(step) {
-            t.feed(p, &mut out);
-        }
-        t.finish(None, &mut out);
-        (String::from_utf8(out).unwrap(), t.usage())
-    }
-
-    #[test]
-    fn drops_usage_chunk_unless_asked_and_rewrites_model() {
-        for step in [1, 7, STREAM.len()] {
-            let (out, usage) = run(false, step, STREAM);
-            assert!(!out.contains("usage"), "{out}");
-            assert!(!out.contains("2024-08-06"));
-            assert!(out.ends_with("data: [DONE]\n\n"));
-            assert_eq!(usage.input_tokens, 3);
-            assert_eq!(usage.cached_input_tokens, 2);
-            let (out, _) = run(true, step, STREAM);
-            assert!(out.contains("\"usage\""));
-        }
-    }
-
-    #[test]
-    fn a_stream_without_done_ends_with_an_error_event() {
-        let cut = &STREAM[..STREAM.find("data: [DONE]").unwrap()];
-        let (out, usage) = run(false, 5, cut);
-        assert!(out.trim_end().ends_with("}}"), "{out}");
-        assert!(out.contains("\"type\":\"upstream_error\""));
-        assert!(out.contains("request id: rid"));
-        assert_eq!(usage.output_tokens, 1);
-    }
-
     #[test]
     fn validation_names_fields() {
         let p = |v: Value| validate(&v).unwrap_err().param;
@@ -505,6 +365,12 @@ mod tests {
             validate(&json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}))
                 .is_ok()
         );
+        let n = |n: u64| {
+            validate(&json!({"model": "m", "n": n, "messages": [{"role": "user", "content": "x"}]}))
+        };
+        assert_eq!(n(1_000_000_000).unwrap_err().param, Some("n".into()));
+        assert_eq!(n(0).unwrap_err().param, Some("n".into()));
+        assert!(n(128).is_ok() && n(1).is_ok());
     }
 
     #[test]

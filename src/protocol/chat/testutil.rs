@@ -42,12 +42,13 @@ pub fn splits(input: &[u8]) -> Vec<Vec<&[u8]>> {
     all
 }
 
-/// Decodes `pieces` with a fresh decoder; the events and whether the stream completed.
+/// Decodes `pieces` with a fresh decoder; the events and whether the stream completed
+/// (a stream that ends in half an event did not).
 pub fn decode(mut d: Box<dyn StreamDecoder>, pieces: &[&[u8]]) -> (Vec<Event>, bool) {
     let mut events = Vec::new();
     for p in pieces {
         d.feed(p, &mut events).unwrap();
     }
-    d.flush(&mut events);
-    (events, d.complete())
+    let flushed = d.flush(&mut events);
+    (events, flushed.is_ok() && d.complete())
 }

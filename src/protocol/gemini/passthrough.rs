@@ -95,6 +95,7 @@ pub fn passthrough_stream(ctx: StreamContext) -> Box<dyn StreamTranslator> {
         decoder: sse::Decoder::new(),
         events: Vec::new(),
         usage: Usage::default(),
+        delivered: 0,
         done: false,
     })
 }
@@ -105,6 +106,7 @@ struct Passthrough {
     decoder: sse::Decoder,
     events: Vec<sse::Event>,
     usage: Usage,
+    delivered: u64,
     /// A chunk with a `finishReason` arrived: the upstream finished its answer.
     done: bool,
 }
@@ -117,16 +119,18 @@ impl Passthrough {
 
     fn emit(&mut self, out: &mut Vec<u8>) {
         for ev in std::mem::take(&mut self.events) {
-            let Ok(mut v) = serde_json::from_str::<Value>(&ev.data) else {
-                // Not JSON: forwarded as it came where the framing allows it; inside a
-                // JSON array it would corrupt the whole answer.
-                if self.ctx.client_sse && !self.writer.closed() {
-                    for line in ev.data.split('\n') {
-                        out.extend_from_slice(format!("data: {line}\r\n").as_bytes());
+            let mut v = match ev.json() {
+                Ok(Some(v)) => v,
+                Ok(None) => continue,
+                // Half a chunk, bytes that are not text: the answer has a hole, so it ends
+                // here rather than go on as if complete (after the last chunk, nothing
+                // is missing).
+                Err(fault) => {
+                    if !self.done && !self.writer.closed() {
+                        self.fail(fault.message(), out);
                     }
-                    out.extend_from_slice(b"\r\n");
+                    continue;
                 }
-                continue;
             };
             if let Some(m) = v.get("usageMetadata").filter(|m| m.is_object()) {
                 // Usage still counts after the client's stream closed.
@@ -145,6 +149,7 @@ impl Passthrough {
                 .is_some_and(|cs| cs.iter().any(|c| c.get("finishReason").is_some()))
                 || v["promptFeedback"]["blockReason"].is_string();
             self.done |= finished;
+            self.delivered += content_bytes(&v);
             if let Some(obj) = v.as_object_mut() {
                 if obj.contains_key("modelVersion") {
                     obj.insert(
@@ -158,13 +163,33 @@ impl Passthrough {
     }
 }
 
+/// The generated text of a chunk, every candidate: text and thought parts, function
+/// call arguments (as the JSON text a translation would carry).
+fn content_bytes(chunk: &Value) -> u64 {
+    let Some(candidates) = chunk.get("candidates").and_then(Value::as_array) else {
+        return 0;
+    };
+    let parts = candidates
+        .iter()
+        .filter_map(|c| c["content"]["parts"].as_array())
+        .flatten();
+    parts
+        .map(|p| {
+            let text = p["text"].as_str().map_or(0, str::len);
+            let args = match p.get("functionCall").map(|c| &c["args"]) {
+                Some(Value::Null) => 2, // `{}`
+                Some(a) => a.to_string().len(),
+                None => 0,
+            };
+            (text + args) as u64
+        })
+        .sum()
+}
+
 impl StreamTranslator for Passthrough {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        let result = self.decoder.feed(chunk, &mut self.events);
+        self.decoder.feed(chunk, &mut self.events);
         self.emit(out);
-        if result.is_err() {
-            self.fail("The upstream sent an oversized event.", out);
-        }
     }
 
     fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
@@ -188,5 +213,9 @@ impl StreamTranslator for Passthrough {
 
     fn usage(&self) -> Usage {
         self.usage
+    }
+
+    fn delivered_bytes(&self) -> u64 {
+        self.delivered
     }
 }

@@ -1,8 +1,10 @@
 //! Streams: pivot events → a generate-content client's chunks (SSE or a JSON array), and a
 //! generate-content upstream's SSE chunks → pivot events.
 
-use super::super::ir::{Event, FinishReason, StreamBroken, StreamDecoder, StreamEncoder};
-use super::super::sse;
+use super::super::ir::{
+    decode_json, Event, FinishReason, StreamBroken, StreamDecoder, StreamEncoder,
+};
+use super::super::sse::{self, Fault};
 use super::super::{StreamContext, Usage};
 use super::response::{function_call_part, signature_of, tool_call};
 use super::wire::{
@@ -149,15 +151,16 @@ struct Decoder {
     calls: usize,
     last_usage: Option<Usage>,
     complete: bool,
+    /// The first event that could not be read.
+    broken: Option<Fault>,
 }
 
 impl Decoder {
     fn decode(&mut self, events: &mut Vec<Event>) {
         for ev in std::mem::take(&mut self.pending) {
-            // Anything that is not JSON is not part of a generate-content stream.
-            if let Ok(v) = serde_json::from_str::<Value>(&ev.data) {
-                self.chunk(&v, events);
-            }
+            let mut broken = self.broken;
+            decode_json(&ev, &mut broken, events, |v, out| self.chunk(v, out));
+            self.broken = broken;
         }
     }
 
@@ -188,7 +191,8 @@ impl Decoder {
             None => None,
         };
         if let Some(f) = finish {
-            self.complete = true;
+            // A stream that broke before its end is not complete, whatever follows.
+            self.complete = self.broken.is_none();
             events.push(Event::Finish(f));
         }
     }
@@ -227,14 +231,15 @@ impl Decoder {
 
 impl StreamDecoder for Decoder {
     fn feed(&mut self, chunk: &[u8], events: &mut Vec<Event>) -> Result<(), StreamBroken> {
-        let result = self.sse.feed(chunk, &mut self.pending);
+        self.sse.feed(chunk, &mut self.pending);
         self.decode(events);
-        result.map_err(|_| StreamBroken)
+        StreamBroken::check(self.broken)
     }
 
-    fn flush(&mut self, events: &mut Vec<Event>) {
+    fn flush(&mut self, events: &mut Vec<Event>) -> Result<(), StreamBroken> {
         self.sse.flush(&mut self.pending);
         self.decode(events);
+        StreamBroken::check(self.broken)
     }
 
     fn complete(&self) -> bool {

@@ -3,8 +3,8 @@
 //! [`Event::ToolCallStart`] counts them.
 
 use super::{finish_reason, WireUsage};
-use crate::protocol::ir::{Event, StreamBroken, StreamDecoder};
-use crate::protocol::sse;
+use crate::protocol::ir::{decode_json, Event, StreamBroken, StreamDecoder};
+use crate::protocol::sse::{self, Fault};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -16,6 +16,8 @@ pub struct Decoder {
     next_tool: usize,
     usage: WireUsage,
     complete: bool,
+    /// The first event that could not be read.
+    broken: Option<Fault>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -36,22 +38,23 @@ impl Decoder {
             next_tool: 0,
             usage: WireUsage::default(),
             complete: false,
+            broken: None,
         }
     }
 
     fn drain(&mut self, events: &mut Vec<Event>) {
         for ev in std::mem::take(&mut self.pending) {
-            let Ok(v) = serde_json::from_str::<Value>(&ev.data) else {
-                // Not JSON (a proxy's keep-alive, say): nothing to decode.
-                continue;
-            };
-            // The data's own `type` is authoritative; some relays drop the event line.
-            let kind = v
-                .get("type")
-                .and_then(Value::as_str)
-                .or(ev.event.as_deref())
-                .unwrap_or("");
-            self.one(kind, &v, events);
+            let mut broken = self.broken;
+            decode_json(&ev, &mut broken, events, |v, out| {
+                // The data's own `type` is authoritative; some relays drop the event line.
+                let kind = v
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .or(ev.event.as_deref())
+                    .unwrap_or("");
+                self.one(kind, v, out);
+            });
+            self.broken = broken;
         }
     }
 
@@ -71,7 +74,8 @@ impl Decoder {
                     events.push(Event::Finish(finish_reason(reason, sequence)));
                 }
             }
-            "message_stop" => self.complete = true,
+            // A stream that broke before its end is not complete, whatever follows.
+            "message_stop" => self.complete = self.broken.is_none(),
             "error" => events.push(Event::Error),
             // `ping`, `content_block_stop` and event types added later carry nothing
             // the neutral stream needs.
@@ -162,14 +166,15 @@ fn push_nonempty(events: &mut Vec<Event>, s: &str, make: fn(String) -> Event) {
 
 impl StreamDecoder for Decoder {
     fn feed(&mut self, chunk: &[u8], events: &mut Vec<Event>) -> Result<(), StreamBroken> {
-        let result = self.sse.feed(chunk, &mut self.pending);
+        self.sse.feed(chunk, &mut self.pending);
         self.drain(events);
-        result.map_err(|_| StreamBroken)
+        StreamBroken::check(self.broken)
     }
 
-    fn flush(&mut self, events: &mut Vec<Event>) {
+    fn flush(&mut self, events: &mut Vec<Event>) -> Result<(), StreamBroken> {
         self.sse.flush(&mut self.pending);
         self.drain(events);
+        StreamBroken::check(self.broken)
     }
 
     fn complete(&self) -> bool {

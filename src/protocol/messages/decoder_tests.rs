@@ -111,7 +111,7 @@ fn decode(pieces: &[&[u8]]) -> (Vec<Event>, bool) {
     for p in pieces {
         d.feed(p, &mut events).unwrap();
     }
-    d.flush(&mut events);
+    d.flush(&mut events).unwrap();
     (events, d.complete())
 }
 
@@ -255,7 +255,10 @@ fn an_oversized_event_breaks_the_stream() {
     let mut events = Vec::new();
     let big = vec![b'x'; crate::protocol::sse::MAX_EVENT_BYTES + 1];
     assert!(d.feed(b"data: ", &mut events).is_ok());
-    assert_eq!(d.feed(&big, &mut events), Err(StreamBroken));
+    assert_eq!(
+        d.feed(&big, &mut events),
+        Err(StreamBroken(Fault::TooLarge))
+    );
     assert!(!d.complete());
 }
 

@@ -38,12 +38,13 @@ pub fn response(body: &[u8], client_model: &str) -> Result<(Vec<u8>, Usage), Tra
 
 /// The stream state machine. It ends cleanly only after the upstream's `message_stop`;
 /// an upstream `error` event ends it (forwarded with a sanitized message); anything
-/// else ends with the protocol's error event.
+/// else (a cut, an event that cannot be read) ends with the protocol's error event.
 pub struct Stream {
     ctx: StreamContext,
     sse: sse::Decoder,
     pending: Vec<sse::Event>,
     usage: WireUsage,
+    delivered: u64,
     done: bool,
     failed: bool,
 }
@@ -55,35 +56,64 @@ impl Stream {
             sse: sse::Decoder::new(),
             pending: Vec::new(),
             usage: WireUsage::default(),
+            delivered: 0,
             done: false,
             failed: false,
         }
     }
 
+    /// Ends the client's stream with the protocol's error event, once.
+    fn fail(&mut self, what: &str, out: &mut Vec<u8>) {
+        if !self.done && !self.failed {
+            self.failed = true;
+            out.extend_from_slice(&error_event(&format!(
+                "{what} (request id: {})",
+                self.ctx.request_id
+            )));
+        }
+    }
+
     fn emit(&mut self, out: &mut Vec<u8>) {
         for ev in std::mem::take(&mut self.pending) {
-            if self.done || self.failed {
+            if self.done {
                 continue;
             }
-            let mut parsed = serde_json::from_str::<Value>(&ev.data).ok();
+            let mut parsed = match ev.json() {
+                Ok(v) => v,
+                // The answer has a hole: it ends here rather than go on as if complete.
+                Err(fault) => {
+                    self.fail(fault.message(), out);
+                    continue;
+                }
+            };
             let kind = parsed
                 .as_ref()
                 .and_then(|v| v.get("type"))
                 .and_then(Value::as_str)
                 .map(str::to_string);
+            // Usage counts for the bill even after the client's stream ended.
+            match (kind.as_deref(), parsed.as_ref()) {
+                (Some("message_start"), Some(v)) => self.usage.merge(&v["message"]["usage"]),
+                (Some("message_delta"), Some(v)) => self.usage.merge(&v["usage"]),
+                _ => {}
+            }
+            if self.failed {
+                continue;
+            }
             // The SDKs dispatch on the event line: restore it from the data when a
             // relay upstream dropped it.
             let name = ev.event.clone().or_else(|| kind.clone());
             let mut data = None;
             match (kind.as_deref(), parsed.as_mut()) {
                 (Some("message_start"), Some(v)) => {
-                    self.usage.merge(&v["message"]["usage"]);
                     if let Some(m) = v.get_mut("message").and_then(Value::as_object_mut) {
                         m.insert("model".into(), Value::String(self.ctx.client_model.clone()));
                     }
                     data = Some(v.to_string());
                 }
-                (Some("message_delta"), Some(v)) => self.usage.merge(&v["usage"]),
+                (Some("content_block_start" | "content_block_delta"), Some(v)) => {
+                    self.delivered += content_bytes(v);
+                }
                 (Some("message_stop"), _) => self.done = true,
                 (Some("error"), Some(v)) => {
                     // Spec 7.2: the upstream's own text stays here; its error type (which
@@ -104,17 +134,27 @@ impl Stream {
     }
 }
 
+/// The generated text a block's start or delta carries: text, thinking, tool input.
+fn content_bytes(v: &Value) -> u64 {
+    let len = |v: &Value| v.as_str().map_or(0, str::len) as u64;
+    let d = &v["delta"];
+    let b = &v["content_block"];
+    let input = match b["input"].as_object() {
+        Some(o) if !o.is_empty() => b["input"].to_string().len() as u64,
+        _ => 0,
+    };
+    len(&d["text"])
+        + len(&d["thinking"])
+        + len(&d["partial_json"])
+        + len(&b["text"])
+        + len(&b["thinking"])
+        + input
+}
+
 impl StreamTranslator for Stream {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        let result = self.sse.feed(chunk, &mut self.pending);
+        self.sse.feed(chunk, &mut self.pending);
         self.emit(out);
-        if result.is_err() && !self.done && !self.failed {
-            self.failed = true;
-            out.extend_from_slice(&error_event(&format!(
-                "The upstream sent an oversized event. (request id: {})",
-                self.ctx.request_id
-            )));
-        }
     }
 
     fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
@@ -135,6 +175,10 @@ impl StreamTranslator for Stream {
 
     fn usage(&self) -> Usage {
         self.usage.to_usage()
+    }
+
+    fn delivered_bytes(&self) -> u64 {
+        self.delivered
     }
 }
 

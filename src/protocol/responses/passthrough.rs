@@ -70,6 +70,7 @@ pub fn passthrough_stream(ctx: StreamContext) -> Box<dyn StreamTranslator> {
         decoder: Decoder::new(),
         events: Vec::new(),
         usage: Usage::default(),
+        delivered: 0,
         ended: false,
         next_seq: 0,
     })
@@ -88,6 +89,7 @@ struct Passthrough {
     decoder: Decoder,
     events: Vec<sse::Event>,
     usage: Usage,
+    delivered: u64,
     /// A terminal event went to the client: nothing more is sent.
     ended: bool,
     /// The sequence number our own closing `error` event takes, so the client's
@@ -104,49 +106,70 @@ impl Passthrough {
         )
     }
 
+    /// Ends the client's stream with the protocol's `error` event, once.
+    fn fail(&mut self, message: &str, out: &mut Vec<u8>) {
+        if !self.ended {
+            self.ended = true;
+            out.extend_from_slice(&error_event_at(self.next_seq, message));
+        }
+    }
+
     fn emit(&mut self, out: &mut Vec<u8>) {
         for ev in std::mem::take(&mut self.events) {
+            let mut v = match ev.json() {
+                Ok(Some(v)) => v,
+                Ok(None) => continue,
+                // The answer has a hole: it ends here rather than go on as if complete.
+                Err(fault) => {
+                    let message =
+                        format!("{} (request id: {})", fault.message(), self.ctx.request_id);
+                    self.fail(&message, out);
+                    continue;
+                }
+            };
+            let kind = ev
+                .event
+                .clone()
+                .or_else(|| v.get("type").and_then(Value::as_str).map(str::to_string));
+            let terminal = TERMINAL.contains(&kind.as_deref().unwrap_or(""));
+            if terminal {
+                // Usage counts for the bill even after the client's stream ended.
+                if let Some(u) = v["response"].get("usage").filter(|u| u.is_object()) {
+                    self.usage = usage_of(u);
+                }
+            }
             if self.ended {
                 continue;
             }
-            let mut data = ev.data;
-            let mut kind = ev.event;
-            if let Ok(mut v) = serde_json::from_str::<Value>(&data) {
-                if let Some(n) = v.get("sequence_number").and_then(Value::as_u64) {
-                    self.next_seq = self.next_seq.max(n.saturating_add(1));
-                }
-                if kind.is_none() {
-                    kind = v.get("type").and_then(Value::as_str).map(str::to_string);
-                }
-                if kind.as_deref() == Some("error") {
-                    // Spec 7.2: the upstream's own words do not reach the client.
-                    let seq = v
-                        .get("sequence_number")
-                        .and_then(Value::as_u64)
-                        .unwrap_or(self.next_seq);
-                    out.extend_from_slice(&error_event_at(seq, &self.reported()));
-                    self.ended = true;
-                    continue;
-                }
-                let reported = self.reported();
-                if let Some(r) = v.get_mut("response").and_then(Value::as_object_mut) {
-                    if let Some(e) = r.get_mut("error").and_then(Value::as_object_mut) {
-                        e.insert("message".into(), Value::String(reported));
-                    }
-                    if TERMINAL.contains(&kind.as_deref().unwrap_or("")) {
-                        if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
-                            self.usage = usage_of(u);
-                        }
-                    }
-                    if r.contains_key("model") {
-                        r.insert("model".into(), Value::String(self.ctx.client_model.clone()));
-                    }
-                    data = v.to_string();
-                }
+            if let Some(n) = v.get("sequence_number").and_then(Value::as_u64) {
+                self.next_seq = self.next_seq.max(n.saturating_add(1));
             }
-            // Multi-line data (not JSON) keeps its lines.
+            if kind.as_deref() == Some("error") {
+                // Spec 7.2: the upstream's own words do not reach the client.
+                let seq = v
+                    .get("sequence_number")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(self.next_seq);
+                out.extend_from_slice(&error_event_at(seq, &self.reported()));
+                self.ended = true;
+                continue;
+            }
+            if kind.as_deref().is_some_and(|k| k.ends_with(".delta")) {
+                self.delivered += v["delta"].as_str().map_or(0, str::len) as u64;
+            }
+            let reported = self.reported();
+            let mut data = ev.data;
+            if let Some(r) = v.get_mut("response").and_then(Value::as_object_mut) {
+                if let Some(e) = r.get_mut("error").and_then(Value::as_object_mut) {
+                    e.insert("message".into(), Value::String(reported));
+                }
+                if r.contains_key("model") {
+                    r.insert("model".into(), Value::String(self.ctx.client_model.clone()));
+                }
+                data = v.to_string();
+            }
             sse::write_event(out, kind.as_deref(), &data);
-            if TERMINAL.contains(&kind.as_deref().unwrap_or("")) {
+            if terminal {
                 self.ended = true;
             }
         }
@@ -155,40 +178,27 @@ impl Passthrough {
 
 impl StreamTranslator for Passthrough {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        if self.ended {
-            return;
-        }
-        let broken = self.decoder.feed(chunk, &mut self.events).is_err();
+        self.decoder.feed(chunk, &mut self.events);
         self.emit(out);
-        if broken && !self.ended {
-            self.ended = true;
-            out.extend_from_slice(&error_event_at(
-                self.next_seq,
-                &format!(
-                    "The upstream sent an oversized event. (request id: {})",
-                    self.ctx.request_id
-                ),
-            ));
-        }
     }
 
     fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
         self.decoder.flush(&mut self.events);
         self.emit(out);
-        if self.ended {
-            return;
-        }
-        self.ended = true;
         let message = error.map(str::to_string).unwrap_or_else(|| {
             format!(
                 "The upstream provider ended the stream before it was complete. (request id: {})",
                 self.ctx.request_id
             )
         });
-        out.extend_from_slice(&error_event_at(self.next_seq, &message));
+        self.fail(&message, out);
     }
 
     fn usage(&self) -> Usage {
         self.usage
+    }
+
+    fn delivered_bytes(&self) -> u64 {
+        self.delivered
     }
 }

@@ -129,11 +129,48 @@ fn a_stream_cut_before_done_is_not_complete() {
     let (events, complete) = events_of(cut);
     assert!(!complete);
     assert_eq!(events.len(), 8, "everything before the cut still decodes");
-    // Cut inside a call, before its finish: the call is still shown.
+    // Cut inside an event: what came before it decodes, and the stream is broken.
     let cut = &full[..full.find(r#""index":1,"function""#).unwrap() - 40];
     let (events, complete) = events_of(cut);
     assert!(!complete);
-    assert!(events.contains(&start(1, "call_ABC", "get_weather")));
+    assert_eq!(events.len(), 5, "{events:?}");
+}
+
+/// Half an event, then more: the stream breaks at the half event; only usage reports
+/// come through after it.
+#[test]
+fn half_an_event_breaks_the_stream_and_later_usage_still_counts() {
+    let input = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"cont\n\n",
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\n\n",
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n",
+        "data: [DONE]\n\n",
+    );
+    for pieces in splits(input.as_bytes()) {
+        let mut d = decoder();
+        let mut events = Vec::new();
+        let mut broken = None;
+        for p in pieces {
+            if let Err(b) = d.feed(p, &mut events) {
+                broken.get_or_insert(b);
+            }
+        }
+        assert_eq!(d.flush(&mut events), Err(StreamBroken(Fault::NotJson)));
+        assert_eq!(broken, Some(StreamBroken(Fault::NotJson)));
+        assert!(!d.complete());
+        assert_eq!(
+            events,
+            vec![
+                Event::Text("Hel".into()),
+                Event::Usage(Usage {
+                    input_tokens: 3,
+                    output_tokens: 2,
+                    ..Usage::default()
+                })
+            ]
+        );
+    }
 }
 
 #[test]
@@ -151,7 +188,7 @@ fn an_error_chunk_mid_stream() {
 fn noise_and_other_choices_are_ignored() {
     let input = concat!(
         ": OPENROUTER PROCESSING\n\n",
-        "data: not json\n\n",
+        "data: \n\n",
         "data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"other\"},\"finish_reason\":null}]}\n\n",
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"mine\",\"refusal\":null},\"finish_reason\":null}]}\n\n",
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"No.\"},\"finish_reason\":\"content_filter\"}]}\n\n",
@@ -259,7 +296,10 @@ fn an_oversized_event_breaks_the_stream() {
     )
     .unwrap();
     let huge = vec![b'x'; crate::protocol::sse::MAX_EVENT_BYTES + 1];
-    assert_eq!(d.feed(&huge, &mut events), Err(StreamBroken));
+    assert_eq!(
+        d.feed(&huge, &mut events),
+        Err(StreamBroken(Fault::TooLarge))
+    );
     assert_eq!(events, vec![Event::Text("ok".into())]);
 }
 

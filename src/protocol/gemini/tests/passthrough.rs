@@ -195,15 +195,24 @@ fn upstream_errors_are_sanitized_and_oversized_events_end_the_stream() {
         .contains("oversized"));
 }
 
+/// Data that is not JSON (half a chunk) ends the stream in either framing: forwarded,
+/// it would show the client a hole in the answer (or corrupt the JSON array).
 #[test]
-fn stream_forwards_what_is_not_json_only_where_the_framing_allows() {
-    let body = format!("data: line one\ndata: line two\n\n{STREAM}");
-    let (out, _) = run(&[body.as_bytes()], true, None);
-    assert!(
-        out.starts_with("data: line one\r\ndata: line two\r\n\r\n"),
-        "{out}"
+fn what_is_not_json_ends_the_stream_in_either_framing() {
+    let body = format!(
+        "{}data: {{\"candidates\":[{{\"cont\n\n{STREAM}",
+        &STREAM[..0]
     );
-    let (out, _) = run(&[body.as_bytes()], false, None);
-    let v: Vec<Value> = serde_json::from_str(&out).unwrap();
-    assert_eq!(v, upstream_values());
+    for sse in [true, false] {
+        let (out, _) = run(&[body.as_bytes()], sse, None);
+        assert!(
+            out.contains("could not be read. (request id: req123)"),
+            "{out}"
+        );
+        assert!(!out.contains("finishReason"), "{out}");
+        if !sse {
+            let v: Vec<Value> = serde_json::from_str(&out).unwrap();
+            assert!(v.last().unwrap()["error"].is_object(), "{out}");
+        }
+    }
 }

@@ -23,7 +23,7 @@ fn decode(pieces: &[&[u8]]) -> (Vec<Event>, bool) {
     for p in pieces {
         d.feed(p, &mut events).unwrap();
     }
-    d.flush(&mut events);
+    d.flush(&mut events).unwrap();
     (events, d.complete())
 }
 
@@ -114,7 +114,10 @@ fn decoder_reports_an_error_chunk_and_an_oversized_event() {
     let mut d = decoder();
     let mut events = Vec::new();
     let big = vec![b'x'; sse::MAX_EVENT_BYTES + 1];
-    assert_eq!(d.feed(&big, &mut events), Err(StreamBroken));
+    assert_eq!(
+        d.feed(&big, &mut events),
+        Err(StreamBroken(sse::Fault::TooLarge))
+    );
 }
 
 fn encode(events: &[Event], sse: bool, error: Option<&str>) -> String {
@@ -352,7 +355,7 @@ fn a_cut_or_failing_upstream_ends_the_client_stream_with_an_error() {
 fn decoder_handles_blocked_prompts_and_ignores_noise() {
     let body = concat!(
         ": keep-alive\r\n\r\n",
-        "data: not json\r\n\r\n",
+        "event: nothing\r\n\r\n",
         "data: {\"promptFeedback\": {\"blockReason\": \"PROHIBITED_CONTENT\"},\"usageMetadata\": {\"promptTokenCount\": 7,\"totalTokenCount\": 7},\"modelVersion\": \"gemini-2.5-flash\",\"responseId\": \"x\"}\r\n\r\n",
     );
     let (events, complete) = decode(&[body.as_bytes()]);

@@ -28,7 +28,7 @@ fn scripted() -> Box<dyn StreamDecoder> {
 
 impl Scripted {
     fn decode(&mut self, raw: Vec<sse::Event>, events: &mut Vec<Event>) {
-        for e in raw {
+        for e in raw.into_iter().filter(|e| e.fault.is_none()) {
             let v: Value = serde_json::from_str(&e.data).unwrap();
             let s = |i: usize| v[i].as_str().unwrap_or_default().to_string();
             let n = |i: usize| v[i].as_u64().unwrap_or_default();
@@ -73,14 +73,17 @@ impl Scripted {
 impl StreamDecoder for Scripted {
     fn feed(&mut self, chunk: &[u8], events: &mut Vec<Event>) -> Result<(), StreamBroken> {
         let mut raw = Vec::new();
-        let r = self.sse.feed(chunk, &mut raw).map_err(|_| StreamBroken);
+        self.sse.feed(chunk, &mut raw);
+        let fault = raw.iter().find_map(|e| e.fault);
         self.decode(raw, events);
-        r
+        StreamBroken::check(fault)
     }
-    fn flush(&mut self, events: &mut Vec<Event>) {
+    fn flush(&mut self, events: &mut Vec<Event>) -> Result<(), StreamBroken> {
         let mut raw = Vec::new();
         self.sse.flush(&mut raw);
+        let fault = raw.iter().find_map(|e| e.fault);
         self.decode(raw, events);
+        StreamBroken::check(fault)
     }
     fn complete(&self) -> bool {
         self.complete

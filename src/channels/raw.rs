@@ -1,0 +1,94 @@
+//! A channel as the configuration file spells it (stage one of the configuration: plain
+//! data, unknown fields refused). The configuration reads a list of these; this module
+//! validates each into a [`Channel`](super::Channel) and says which field is wrong, so
+//! the configuration never needs to know what a channel is made of.
+
+use crate::redact::Hidden;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A field of a channel that is wrong: its path inside the channel (`base_url`,
+/// `models[2]`, `model_map.gpt-5`) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid {
+    pub field: String,
+    pub message: String,
+}
+
+pub(super) fn invalid(field: impl Into<String>, message: impl Into<String>) -> Invalid {
+    Invalid {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// One channel as the configuration file has it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawChannel {
+    pub name: String,
+    pub protocol: String,
+    pub base_url: String,
+    #[serde(default)]
+    pub api_key: String,
+    /// `video-a` (Kling) and `video-b` (Volcengine) channels: the key pair that signs
+    /// each request, instead of `api_key`. Give them as `${VAR}`.
+    #[serde(default)]
+    pub access_key: String,
+    #[serde(default)]
+    pub secret_key: String,
+    pub models: Vec<String>,
+    #[serde(default)]
+    pub model_map: BTreeMap<String, String>,
+    /// `openai` channels only: the upstream serves `/v1/responses` itself.
+    #[serde(default)]
+    pub responses_api: bool,
+    /// `openai` channels: how the upstream spells the chat output limit
+    /// (`max_completion_tokens`, the default, or `max_tokens`).
+    #[serde(default)]
+    pub max_tokens_field: Option<String>,
+    #[serde(default)]
+    pub priority: i32,
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout_secs: u64,
+    /// Longest wait for any single read from the upstream (first byte included).
+    #[serde(default = "default_read_timeout")]
+    pub read_timeout_secs: u64,
+}
+
+fn default_weight() -> u32 {
+    1
+}
+
+fn default_connect_timeout() -> u64 {
+    10
+}
+
+fn default_read_timeout() -> u64 {
+    300
+}
+
+/// Everything but the key's value.
+impl fmt::Debug for RawChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawChannel")
+            .field("name", &self.name)
+            .field("protocol", &self.protocol)
+            .field("base_url", &self.base_url)
+            .field("api_key", &Hidden(&self.api_key))
+            .field("access_key", &Hidden(&self.access_key))
+            .field("secret_key", &Hidden(&self.secret_key))
+            .field("models", &self.models)
+            .field("model_map", &self.model_map)
+            .field("responses_api", &self.responses_api)
+            .field("max_tokens_field", &self.max_tokens_field)
+            .field("priority", &self.priority)
+            .field("weight", &self.weight)
+            .field("connect_timeout_secs", &self.connect_timeout_secs)
+            .field("read_timeout_secs", &self.read_timeout_secs)
+            .finish()
+    }
+}
