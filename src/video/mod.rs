@@ -12,6 +12,7 @@
 //! the upstream through the gateway.
 
 pub mod job;
+mod poll;
 pub mod poller;
 pub mod render;
 pub mod service;

@@ -2,7 +2,7 @@
 //! hands each due task to one of them at a time (a claim with a lease), so adding
 //! instances spreads the polling and never doubles it.
 
-use super::service::poll_once;
+use super::poll::poll_once;
 use crate::gateway::Gateway;
 use crate::ids;
 use async_trait::async_trait;
