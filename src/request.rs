@@ -50,10 +50,9 @@ pub enum Answer {
         content_type: String,
         body: Bytes,
     },
-    /// A response written as it is produced (a stream, audio, a WebSocket session).
+    /// A response written as it is produced (a stream, audio, a video download, a
+    /// WebSocket session).
     Live(Box<dyn LiveAnswer>),
-    /// The handler already wrote its response.
-    Sent,
 }
 
 impl Answer {
@@ -74,7 +73,6 @@ impl Answer {
                 body,
             } => respond(session, ctx, status, &content_type, body).await,
             Answer::Live(live) => live.send(gw, session, ctx).await,
-            Answer::Sent => {}
         }
     }
 }

@@ -158,9 +158,7 @@ async fn dispatch(
             ctx.record_mut().endpoint = path.to_string();
             realtime::relay(gw, session, ctx, &key, query).await
         }
-        Route::Video(v) => video::service::handle(gw, session, ctx, v, query)
-            .await
-            .map(|()| Answer::Sent),
+        Route::Video(v) => video::service::handle(gw, session, ctx, v, query).await,
         Route::NotFound | Route::MethodNotAllowed | Route::NotImplemented => {
             Err(GatewayError::Internal)
         }

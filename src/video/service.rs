@@ -17,11 +17,12 @@ use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use crate::ids;
 use crate::media::{multipart, parse_json};
-use crate::relay::upstream::OpenError;
+use crate::relay::upstream::{Exchange, OpenError};
 use crate::relay::{body, exchange, meter};
 use crate::request::Ctx;
-use crate::request::{respond_json, response_header};
+use crate::request::{response_header, Answer, LiveAnswer};
 use crate::store::tasks::{TaskRecord, TaskRef, TaskStatus};
+use async_trait::async_trait;
 use bytes::Bytes;
 use pingora::proxy::Session;
 use serde_json::Value;
@@ -37,7 +38,7 @@ pub async fn handle(
     ctx: &mut Ctx,
     route: &VideoRoute,
     query: Option<&str>,
-) -> Result<(), GatewayError> {
+) -> Result<Answer, GatewayError> {
     let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
     match route {
         VideoRoute::Submit(shape) => submit(gw, session, ctx, &key, *shape).await,
@@ -47,10 +48,9 @@ pub async fn handle(
                 Shape::Videos => render::job_record(&t),
                 _ => render::status_record(&t, &content_url(gw, session, &t.id)),
             };
-            respond_json(session, ctx, 200, body.to_string().into_bytes()).await;
-            Ok(())
+            Ok(Answer::json(200, body.to_string().into_bytes()))
         }
-        VideoRoute::Content(id) => content(gw, session, ctx, &key, id, query).await,
+        VideoRoute::Content(id) => content(gw, ctx, &key, id, query).await,
         VideoRoute::VideoB => video_b(gw, session, ctx, &key, query).await,
     }
 }
@@ -62,7 +62,7 @@ async fn video_b(
     ctx: &mut Ctx,
     key: &AuthKey,
     query: Option<&str>,
-) -> Result<(), GatewayError> {
+) -> Result<Answer, GatewayError> {
     let param = |name: &str| query_param(query, name);
     let version = param("Version").ok_or_else(|| {
         GatewayError::bad_request(
@@ -90,8 +90,7 @@ async fn video_b(
             let t = current(gw, key, &id).await?;
             let data = render::status_record(&t, &content_url(gw, session, &t.id));
             let body = render::video_b(data, &ctx.request_id);
-            respond_json(session, ctx, 200, body.to_string().into_bytes()).await;
-            Ok(())
+            Ok(Answer::json(200, body.to_string().into_bytes()))
         }
         Some(other) => Err(GatewayError::bad_request(
             Some("Action"),
@@ -162,7 +161,7 @@ async fn submit(
     ctx: &mut Ctx,
     key: &AuthKey,
     shape: Shape,
-) -> Result<(), GatewayError> {
+) -> Result<Answer, GatewayError> {
     let path = session.req_header().uri.path().to_string();
     let job = read_job(gw, session, shape).await?;
     {
@@ -311,8 +310,7 @@ async fn submit(
         Shape::VideoB => render::video_b(serde_json::json!({"task_id": t.id}), &ctx.request_id),
         _ => render::submitted(&t),
     };
-    respond_json(session, ctx, 200, body.to_string().into_bytes()).await;
-    Ok(())
+    Ok(Answer::json(200, body.to_string().into_bytes()))
 }
 
 /// The caller's task, refreshed first when a poll is due and nobody else is on it.
@@ -361,12 +359,11 @@ fn content_url(gw: &Gateway, session: &Session, id: &str) -> String {
 
 async fn content(
     gw: &Gateway,
-    session: &mut Session,
     ctx: &mut Ctx,
     key: &AuthKey,
     id: &str,
     query: Option<&str>,
-) -> Result<(), GatewayError> {
+) -> Result<Answer, GatewayError> {
     let t = current(gw, key, id).await?;
     if t.status != TaskStatus::Completed {
         return Err(GatewayError::VideoNotReady(t.status.as_str()));
@@ -393,52 +390,66 @@ async fn content(
         content_type: String::new(),
         body: Bytes::new(),
     };
-    let mut ex = match open(gw, target, &call, &http::HeaderMap::new()).await {
+    let ex = match open(gw, target, &call, &http::HeaderMap::new()).await {
         Ok(ex) => ex,
         Err(OpenError::NotSent(e) | OpenError::Sent(e)) => return Err(e),
     };
     if !(200..300).contains(&ex.status()) {
         return Err(crate::relay::exchange::refused(gw, ctx, ex).await);
     }
-    let ct = match ex.content_type() {
+    let content_type = match ex.content_type() {
         "" => "video/mp4".to_string(),
         c => c.to_string(),
     };
-    ctx.status = 200;
-    let Some(h) = response_header(ctx, 200, &ct, None) else {
-        return Err(GatewayError::Internal);
-    };
-    if session
-        .write_response_header(Box::new(h), false)
-        .await
-        .is_err()
-    {
-        ex.finish(gw).await;
-        return Ok(());
-    }
-    loop {
-        match ex.chunk().await {
-            Ok(Some(chunk)) => {
-                if session
-                    .write_response_body(Some(chunk), false)
-                    .await
-                    .is_err()
-                {
-                    break;
+    Ok(Answer::Live(Box::new(Download { ex, content_type })))
+}
+
+/// A finished video, streamed from the upstream as it arrives.
+struct Download {
+    ex: Exchange,
+    content_type: String,
+}
+
+#[async_trait]
+impl LiveAnswer for Download {
+    async fn send(self: Box<Self>, gw: &Gateway, session: &mut Session, ctx: &mut Ctx) {
+        let Download {
+            mut ex,
+            content_type,
+        } = *self;
+        ctx.status = 200;
+        let written = match response_header(ctx, 200, &content_type, None) {
+            Some(h) => session
+                .write_response_header(Box::new(h), false)
+                .await
+                .is_ok(),
+            None => false,
+        };
+        if written {
+            loop {
+                match ex.chunk().await {
+                    Ok(Some(chunk)) => {
+                        if session
+                            .write_response_body(Some(chunk), false)
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                    Ok(None) => {
+                        let _ = session.write_response_body(None, true).await;
+                        break;
+                    }
+                    Err(_) => {
+                        // The client has a 200 and part of the video: close instead of ending it.
+                        ctx.status = 500;
+                        session.set_keepalive(None);
+                        break;
+                    }
                 }
             }
-            Ok(None) => {
-                let _ = session.write_response_body(None, true).await;
-                break;
-            }
-            Err(_) => {
-                // The client has a 200 and part of the video: close instead of ending it.
-                ctx.status = 500;
-                session.set_keepalive(None);
-                break;
-            }
         }
+        ex.finish(gw).await;
     }
-    ex.finish(gw).await;
-    Ok(())
 }
