@@ -2,12 +2,13 @@
 //! built as a Pingora `ProxyHttp` service.
 //!
 //! The request path, module by module (see `README.md`, Architecture):
-//! [`proxy`] (phases) → [`auth`] (who) → [`relay`] (the upstream exchange, with
-//! [`billing`] reserving and settling, [`channels`] choosing the upstream and
-//! [`protocol`] translating) → [`store`] (keys, quota, usage). [`api`] answers the
-//! endpoints served locally and the admin API; [`errors`] renders every failure.
-//! [`video`] runs asynchronous video tasks: submit, a background poller, billing that
-//! follows the task.
+//! [`edge`] (header deadline, connection cap) → [`proxy`] (phases) → [`route`] →
+//! [`auth`] (who) → [`relay`] (the metered exchange, with [`billing`] reserving and
+//! settling, [`channels`] choosing the upstream and [`protocol`] translating) →
+//! [`store`] (keys, quota, usage). Every handler answers with a [`request::Answer`] the
+//! proxy writes. [`api`] answers the endpoints served locally and the admin API;
+//! [`errors`] renders every failure. [`video`] runs asynchronous video tasks, [`realtime`]
+//! the WebSocket relay; [`lifecycle`] ends what still runs on a graceful stop.
 
 pub mod api;
 pub mod auth;
