@@ -1,6 +1,6 @@
 //! The video endpoints, answered from `request_filter`: submit (check, reserve, send to a
 //! channel, store the task), status (from the store, refreshed in place when a poll is
-//! due), and content (streamed from the upstream). [`poll_once`] is the one step that
+//! due), and content (streamed from the upstream). `poll::poll_once` is the one step that
 //! moves a task on; the background poller and a status request that finds its task stale
 //! both run it, only after claiming the task in the store.
 
