@@ -7,7 +7,7 @@
 //! [`protocol`] translating) → [`store`] (keys, quota, usage). [`api`] answers the
 //! endpoints served locally and the admin API; [`errors`] renders every failure.
 //! [`video`] runs asynchronous video tasks: submit, a background poller, billing that
-//! follows the task.
+//! follows the task. [`observe`] is what an operator sees: metrics, access log, traces.
 
 pub mod api;
 pub mod auth;
@@ -19,6 +19,7 @@ pub mod gateway;
 pub mod ids;
 pub mod lifecycle;
 pub mod media;
+pub mod observe;
 pub mod protocol;
 pub mod proxy;
 pub mod realtime;

@@ -3,6 +3,7 @@
 pub mod admin;
 pub mod keys;
 pub mod local;
+pub mod ops;
 
 use crate::errors::GatewayError;
 use crate::store::StoreError;

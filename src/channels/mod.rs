@@ -1,12 +1,14 @@
 //! Upstream channels: where a model is served, in which order channels are tried, how the
 //! model name is mapped, and how to reach the upstream.
 
+pub mod health;
 mod resolve;
 
-use crate::config::raw::RawChannel;
+use crate::config::raw::{RawChannel, RawCircuit};
 use crate::config::{config_err, ConfigError};
 use crate::ids;
 use crate::protocol::Protocol;
+pub use health::{Circuit, ErrorKind, Health, Keys};
 use pingora::upstreams::peer::HttpPeer;
 use resolve::Resolver;
 use std::collections::{BTreeMap, HashMap};
@@ -83,8 +85,13 @@ pub struct Channel {
     pub port: u16,
     /// Path before the protocol's own path, without a trailing slash (`""` or `/proxy`).
     pub path_prefix: String,
-    /// Injected toward the upstream; never logged, never shown.
-    pub api_key: String,
+    /// As configured: a channel keeps its health across a reload only at the same address.
+    pub base_url: String,
+    /// Injected toward the upstream, in turn; never logged, never shown.
+    pub keys: Keys,
+    pub circuit: Circuit,
+    /// Shared with the channel of the same name and address in a reloaded configuration.
+    pub health: Arc<Health>,
     pub models: Vec<String>,
     pub model_map: BTreeMap<String, String>,
     /// Serves the Responses API natively (`openai` channels).
@@ -99,7 +106,12 @@ pub struct Channel {
 }
 
 impl Channel {
-    pub fn from_raw(c: RawChannel, path: &str) -> Result<Channel, ConfigError> {
+    /// `circuit`: the top-level circuit options, for a channel that sets none.
+    pub fn from_raw(
+        c: RawChannel,
+        path: &str,
+        circuit: &RawCircuit,
+    ) -> Result<Channel, ConfigError> {
         if c.name.trim().is_empty() {
             return Err(config_err(format!("{path}.name"), "must not be empty"));
         }
@@ -173,6 +185,28 @@ impl Channel {
         if c.weight == 0 {
             return Err(config_err(format!("{path}.weight"), "must be at least 1"));
         }
+        let secrets = match (c.api_key.is_empty(), c.api_keys.is_empty()) {
+            (true, true) => Vec::new(),
+            (false, true) => vec![c.api_key],
+            (true, false) => c.api_keys,
+            (false, false) => {
+                return Err(config_err(
+                    format!("{path}.api_keys"),
+                    "set `api_key` or `api_keys`, not both",
+                ))
+            }
+        };
+        if let Some(i) = secrets.iter().position(|k| k.trim().is_empty()) {
+            return Err(config_err(
+                format!("{path}.api_keys[{i}]"),
+                "must not be empty",
+            ));
+        }
+        let circuit = check_circuit(
+            c.circuit.as_ref().unwrap_or(circuit),
+            path,
+            c.circuit.is_some(),
+        )?;
         let chat_limit_field = match c.max_tokens_field.as_deref() {
             None | Some("max_completion_tokens") => "max_completion_tokens",
             Some("max_tokens") if protocol == ChannelProtocol::OpenAi => "max_tokens",
@@ -186,13 +220,16 @@ impl Channel {
         Ok(Channel {
             chat_limit_field,
             resolver: Resolver::new(host.clone(), port),
+            health: Arc::new(Health::new(&c.name)),
             name: c.name,
             protocol,
             tls,
             host,
             port,
             path_prefix,
-            api_key: c.api_key,
+            base_url: c.base_url,
+            keys: Keys::new(secrets),
+            circuit,
             models: c.models,
             model_map: c.model_map,
             responses_api: c.responses_api,
@@ -201,6 +238,12 @@ impl Channel {
             connect_timeout: Duration::from_secs(c.connect_timeout_secs.max(1)),
             read_timeout: Duration::from_secs(c.read_timeout_secs.max(1)),
         })
+    }
+
+    /// Whether the failover loop may send a request here now: the circuit admits it and
+    /// some key is still in use.
+    pub fn admit(&self) -> bool {
+        self.keys.usable() && self.health.admit(&self.circuit)
     }
 
     /// The protocol this channel is spoken to in, for a client speaking `client`:
@@ -238,10 +281,11 @@ impl Channel {
             protocol: self.protocol.as_str().into(),
             base_url: format!("{}://{host}:{port}", u.scheme()),
             api_key: if same {
-                self.api_key.clone()
+                self.keys.pick().secret.to_string()
             } else {
                 String::new()
             },
+            api_keys: Vec::new(),
             models: vec![String::from("-")],
             model_map: BTreeMap::new(),
             responses_api: false,
@@ -250,8 +294,12 @@ impl Channel {
             weight: 1,
             connect_timeout_secs: self.connect_timeout.as_secs(),
             read_timeout_secs: self.read_timeout.as_secs(),
+            circuit: None,
         };
-        let channel = Channel::from_raw(raw, "download").ok()?;
+        let mut channel = Channel::from_raw(raw, "download", &RawCircuit::default()).ok()?;
+        // Failures of a download count against the channel that handed out the URL.
+        channel.health = self.health.clone();
+        channel.circuit = self.circuit;
         let mut path = u.path().to_string();
         if let Some(q) = u.query() {
             path.push('?');
@@ -287,6 +335,23 @@ impl Channel {
         o.idle_timeout = Some(Duration::from_secs(90));
         Ok(peer)
     }
+}
+
+fn check_circuit(c: &RawCircuit, path: &str, own: bool) -> Result<Circuit, ConfigError> {
+    let at = |field: &str| {
+        if own {
+            format!("{path}.circuit.{field}")
+        } else {
+            format!("circuit.{field}")
+        }
+    };
+    if c.cooldown_secs == 0 {
+        return Err(config_err(at("cooldown_secs"), "must be at least 1"));
+    }
+    Ok(Circuit {
+        failures: c.failures,
+        cooldown: Duration::from_secs(c.cooldown_secs),
+    })
 }
 
 /// Model → channels, built once from the configuration.
@@ -374,6 +439,7 @@ mod tests {
             protocol: "openai".into(),
             base_url: "http://127.0.0.1:9/prefix/".into(),
             api_key: String::new(),
+            api_keys: Vec::new(),
             models: vec!["m".into()],
             model_map: BTreeMap::new(),
             responses_api: false,
@@ -382,8 +448,9 @@ mod tests {
             weight,
             connect_timeout_secs: 1,
             read_timeout_secs: 1,
+            circuit: None,
         };
-        Arc::new(Channel::from_raw(raw, "c").unwrap())
+        Arc::new(Channel::from_raw(raw, "c", &RawCircuit::default()).unwrap())
     }
 
     #[test]

@@ -31,6 +31,72 @@ pub struct RawConfig {
     /// Asynchronous video tasks: polling, leases, timeouts, durations.
     #[serde(default)]
     pub video: RawVideo,
+    /// How the log is written.
+    #[serde(default)]
+    pub log: RawLog,
+    /// Traces sent to an OpenTelemetry collector (off unless an endpoint is set).
+    #[serde(default)]
+    pub telemetry: RawTelemetry,
+    /// Passive channel health: when a failing channel is taken out of rotation.
+    #[serde(default)]
+    pub circuit: RawCircuit,
+    /// Where a new process started with `--upgrade` receives the listening sockets of
+    /// the running one.
+    #[serde(default = "default_upgrade_sock")]
+    pub upgrade_sock: String,
+}
+
+fn default_upgrade_sock() -> String {
+    "/tmp/model-gateway-upgrade.sock".into()
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    /// `text` (the default) or `json` (one object per line).
+    pub format: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTelemetry {
+    /// Base URL of an OTLP/HTTP collector (`http://collector:4318`); spans are sent
+    /// to `<endpoint>/v1/traces`. Unset: no traces.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the spans.
+    pub service_name: String,
+    /// Extra headers on every export (a collector's API key, from the environment).
+    pub headers: BTreeMap<String, String>,
+}
+
+impl Default for RawTelemetry {
+    fn default() -> Self {
+        RawTelemetry {
+            otlp_endpoint: None,
+            service_name: "model-gateway".into(),
+            headers: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawCircuit {
+    /// Consecutive failures (connect errors, timeouts, 5xx, 429) that open the circuit;
+    /// 0 never opens it.
+    pub failures: u32,
+    /// How long an open circuit keeps the channel out before one probe request is let
+    /// through.
+    pub cooldown_secs: u64,
+}
+
+impl Default for RawCircuit {
+    fn default() -> Self {
+        RawCircuit {
+            failures: 5,
+            cooldown_secs: 30,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -163,6 +229,9 @@ pub struct RawChannel {
     pub base_url: String,
     #[serde(default)]
     pub api_key: String,
+    /// Several upstream keys, used in turn (instead of `api_key`).
+    #[serde(default)]
+    pub api_keys: Vec<String>,
     pub models: Vec<String>,
     #[serde(default)]
     pub model_map: BTreeMap<String, String>,
@@ -182,6 +251,9 @@ pub struct RawChannel {
     /// Longest wait for any single read from the upstream (first byte included).
     #[serde(default = "default_read_timeout")]
     pub read_timeout_secs: u64,
+    /// This channel's circuit options; default: the top-level `circuit`.
+    #[serde(default)]
+    pub circuit: Option<RawCircuit>,
 }
 
 fn default_weight() -> u32 {

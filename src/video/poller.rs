@@ -29,9 +29,10 @@ impl Poller {
     /// Claims what is due and polls it, all claimed tasks at once. Returns how many
     /// tasks were claimed.
     pub async fn round(&self) -> usize {
-        let lease = self.gw.config.video.lease.as_millis() as i64;
-        let refs = match self
-            .gw
+        // The running configuration (a reload may have changed the video options).
+        let gw = self.gw.latest();
+        let lease = gw.config.video.lease.as_millis() as i64;
+        let refs = match gw
             .store
             .claim_due_tasks(ids::now_ms(), lease, CLAIM_BATCH)
             .await
@@ -45,7 +46,7 @@ impl Poller {
         let n = refs.len();
         let mut set = JoinSet::new();
         for r in refs {
-            let gw = self.gw.clone();
+            let gw = gw.clone();
             set.spawn(async move {
                 poll_once(&gw, &r).await;
             });
