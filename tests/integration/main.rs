@@ -11,6 +11,8 @@ mod greedy_upstream;
 mod media_upstream;
 #[path = "../support/mock_upstream.rs"]
 mod mock_upstream;
+#[path = "../support/otlp_receiver.rs"]
+mod otlp_receiver;
 #[path = "../support/providers.rs"]
 mod providers;
 #[path = "../support/redis.rs"]
@@ -26,6 +28,7 @@ mod chat;
 mod lifecycle;
 mod local;
 mod media;
+mod ops;
 mod protocols;
 mod quota;
 mod realtime;
