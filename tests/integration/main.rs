@@ -13,6 +13,8 @@ mod media_upstream;
 mod mock_upstream;
 #[path = "../support/otlp_receiver.rs"]
 mod otlp_receiver;
+#[path = "../support/process.rs"]
+mod process;
 #[path = "../support/providers.rs"]
 mod providers;
 #[path = "../support/redis.rs"]
@@ -35,4 +37,5 @@ mod realtime;
 mod sdk;
 mod stores;
 mod task_store;
+mod upgrade;
 mod video;
