@@ -27,6 +27,7 @@ mod cap;
 mod cap_property;
 mod cap_streams;
 mod chat;
+mod deploy;
 mod lifecycle;
 mod local;
 mod media;
