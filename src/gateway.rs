@@ -173,7 +173,18 @@ impl Live {
             };
         }
         keep!(listen, "listen");
-        keep!(admin, "admin");
+        // The admin token may change (a reload rotates it); its listener may not.
+        match (&mut next.admin, &old.admin) {
+            (Some(n), Some(o)) if n.listen != o.listen => {
+                restart_required.push("admin.listen");
+                n.listen = o.listen;
+            }
+            (n, o) if n.is_some() != o.is_some() => {
+                restart_required.push("admin");
+                n.clone_from(o);
+            }
+            _ => {}
+        }
         keep!(store, "store");
         keep!(threads, "threads");
         keep!(key_cache_ttl, "key_cache_ttl_secs");

@@ -196,7 +196,7 @@ pub fn finish(o: &Observer, obs: &mut Obs, e: &Ending<'_>) {
         if let Some(ttfb) = ttfb {
             root.float("gateway.ttfb_ms", ttfb.as_secs_f64() * 1000.0);
         }
-        if !tracer.send(t) {
+        if !tracer.send(*t) {
             o.spans_dropped.inc();
         }
     }

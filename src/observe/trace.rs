@@ -211,8 +211,8 @@ pub fn parse_traceparent(v: &str) -> Option<([u8; 16], [u8; 8])> {
 
 /// The request side of the exporter: hands finished traces to the queue.
 pub struct Tracer {
-    tx: mpsc::Sender<Box<TraceState>>,
-    rx: parking_lot::Mutex<Option<mpsc::Receiver<Box<TraceState>>>>,
+    tx: mpsc::Sender<TraceState>,
+    rx: parking_lot::Mutex<Option<mpsc::Receiver<TraceState>>>,
     config: Telemetry,
 }
 
@@ -227,7 +227,7 @@ impl Tracer {
     }
 
     /// Queues a finished trace; `false` when the queue is full (the trace is dropped).
-    pub fn send(&self, t: Box<TraceState>) -> bool {
+    pub fn send(&self, t: TraceState) -> bool {
         self.tx.try_send(t).is_ok()
     }
 
@@ -244,7 +244,7 @@ impl Tracer {
 }
 
 pub struct Exporter {
-    rx: mpsc::Receiver<Box<TraceState>>,
+    rx: mpsc::Receiver<TraceState>,
     config: Telemetry,
     connector: Connector,
 }
@@ -252,7 +252,7 @@ pub struct Exporter {
 impl Exporter {
     /// Sends batches until `stop` turns true, then sends what is queued and returns.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>) {
-        let mut batch: Vec<Box<TraceState>> = Vec::with_capacity(BATCH);
+        let mut batch: Vec<TraceState> = Vec::with_capacity(BATCH);
         loop {
             let first = tokio::select! {
                 t = self.rx.recv() => t,
@@ -277,7 +277,7 @@ impl Exporter {
         }
     }
 
-    async fn export(&self, batch: &mut Vec<Box<TraceState>>) {
+    async fn export(&self, batch: &mut Vec<TraceState>) {
         let mut spans = Vec::new();
         for t in batch.drain(..) {
             t.encode(&mut spans);
