@@ -8,7 +8,8 @@
 //! [`store`] (keys, quota, usage). Every handler answers with a [`request::Answer`] the
 //! proxy writes. [`api`] answers the endpoints served locally and the admin API;
 //! [`errors`] renders every failure. [`video`] runs asynchronous video tasks, [`realtime`]
-//! the WebSocket relay; [`lifecycle`] ends what still runs on a graceful stop.
+//! the WebSocket relay; [`lifecycle`] ends what still runs on a graceful stop;
+//! [`observe`] is what an operator sees: metrics, access log, traces.
 
 pub mod api;
 pub mod auth;
@@ -21,6 +22,7 @@ pub mod gateway;
 pub mod ids;
 pub mod lifecycle;
 pub mod media;
+pub mod observe;
 pub mod protocol;
 pub mod proxy;
 pub mod realtime;

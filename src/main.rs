@@ -2,7 +2,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use model_gateway::api::keys::{self, KeyInput};
-use model_gateway::config::Config;
+use model_gateway::config::{Config, LogFormat};
 use model_gateway::errors::GatewayError;
 use model_gateway::gateway::open_store;
 use std::path::PathBuf;
@@ -22,7 +22,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the gateway.
-    Serve(ConfigArg),
+    Serve {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        /// Take the listening sockets over from a running gateway (graceful upgrade): start
+        /// this, then send SIGQUIT to the running process.
+        #[arg(long, short)]
+        upgrade: bool,
+    },
     /// Validate a configuration file; exits non-zero naming the bad field.
     CheckConfig(ConfigArg),
     /// Manage API keys in the configured store.
@@ -201,16 +208,27 @@ fn keys_command(action: KeysAction) -> Result<(), String> {
     })
 }
 
+/// The log goes to stderr, as text or as one JSON object per line (`log.format`).
+/// `RUST_LOG` filters it; the access log's target is `access`.
+fn init_log(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,pingora=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,pingora=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let result = match Cli::parse().command {
-        Command::Serve(cfg) => load(&cfg).and_then(model_gateway::server::serve),
+    let command = Cli::parse().command;
+    let result = match command {
+        Command::Serve { cfg, upgrade } => load(&cfg).and_then(|c| {
+            init_log(c.log_format);
+            model_gateway::server::serve(c, upgrade)
+        }),
         Command::CheckConfig(cfg) => load(&cfg).map(|c| {
             println!(
                 "{}: ok ({} channels, {} priced models)",
@@ -219,7 +237,10 @@ fn main() -> ExitCode {
                 c.prices.len()
             );
         }),
-        Command::Keys { action } => keys_command(action),
+        Command::Keys { action } => {
+            init_log(LogFormat::Text);
+            keys_command(action)
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -25,6 +25,8 @@ pub struct Ctx {
     pub record: Option<Record>,
     /// Status sent to the client.
     pub status: u16,
+    /// What the operator's metrics, access log and trace learn of the request.
+    pub obs: crate::observe::Obs,
 }
 
 /// The usage-relevant facts of a request, filled in as they become known.
@@ -93,6 +95,7 @@ impl Ctx {
             key: None,
             record: None,
             status: 0,
+            obs: crate::observe::Obs::default(),
         }
     }
 
@@ -105,7 +108,7 @@ impl Ctx {
     pub fn take_usage_record(&mut self, status: u16) -> Option<UsageRecord> {
         let key = self.key.as_ref()?;
         let rec = self.record.take()?;
-        Some(UsageRecord {
+        let u = UsageRecord {
             request_id: self.request_id.clone(),
             time_ms: self.time_ms,
             key_id: key.rec.id.clone(),
@@ -121,7 +124,10 @@ impl Ctx {
             status,
             latency_ms: self.started.elapsed().as_millis() as u64,
             stream: rec.stream,
-        })
+        };
+        // Every usage record is made here: the request's observations read it from here.
+        self.obs.facts = Some(crate::observe::request::Facts::of(&u));
+        Some(u)
     }
 }
 
@@ -164,6 +170,7 @@ pub async fn respond(
     body: Bytes,
 ) {
     ctx.status = status;
+    ctx.obs.first_byte();
     let Some(h) = response_header(ctx, status, content_type, Some(body.len())) else {
         tracing::error!(status, "invalid response status");
         return;

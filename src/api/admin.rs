@@ -1,10 +1,12 @@
 //! The admin API, on its own listener (Pingora's `ServeHttp` app):
-//! `POST/GET /admin/keys`, `GET/PATCH/DELETE /admin/keys/{id}`, with
-//! `Authorization: Bearer <admin token>`.
+//! `POST/GET /admin/keys`, `GET/PATCH/DELETE /admin/keys/{id}`, `GET /admin/channels`,
+//! `POST /admin/reload`, with `Authorization: Bearer <admin token>`; and without it the
+//! operator's `/metrics`, `/healthz` and `/readyz` ([`super::ops`]).
 
 use super::keys::{self, KeyInput};
+use super::ops::{self, Reply};
 use crate::errors::{ErrorShape, GatewayError};
-use crate::gateway::Gateway;
+use crate::gateway::Live;
 use crate::ids;
 use async_trait::async_trait;
 use bytes::BytesMut;
@@ -17,16 +19,18 @@ use std::sync::Arc;
 const MAX_ADMIN_BODY: usize = 1024 * 1024;
 
 pub struct AdminApp {
-    gw: Arc<Gateway>,
-    token: String,
+    live: Arc<Live>,
 }
 
 impl AdminApp {
-    pub fn new(gw: Arc<Gateway>, token: String) -> AdminApp {
-        AdminApp { gw, token }
+    pub fn new(live: Arc<Live>) -> AdminApp {
+        AdminApp { live }
     }
 
     async fn handle(&self, s: &mut ServerSession) -> Result<(u16, Value), GatewayError> {
+        let gw = self.live.current();
+        // The token of the running configuration: a reload can rotate it.
+        let token = gw.config.admin.as_ref().map_or("", |a| a.token.as_str());
         let presented = s
             .req_header()
             .headers
@@ -35,12 +39,20 @@ impl AdminApp {
             .and_then(|v| v.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, t)| t.trim().to_string());
-        if !presented.is_some_and(|t| constant_time_eq(t.as_bytes(), self.token.as_bytes())) {
+        if token.is_empty()
+            || !presented.is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()))
+        {
             return Err(GatewayError::AdminUnauthorized);
         }
         let method = s.req_header().method.clone();
         let path = s.req_header().uri.path().trim_end_matches('/').to_string();
-        let store = self.gw.store.as_ref();
+        match (path.as_str(), &method) {
+            ("/admin/channels", &Method::GET) => return Ok((200, ops::channels(&self.live))),
+            ("/admin/reload", &Method::POST) => return Ok((200, ops::reload(&self.live)?)),
+            ("/admin/channels" | "/admin/reload", _) => return Err(GatewayError::MethodNotAllowed),
+            _ => {}
+        }
+        let store = gw.store.as_ref();
         let id = match path.strip_prefix("/admin/keys") {
             Some("") => None,
             Some(rest) => match rest.strip_prefix('/') {
@@ -53,7 +65,7 @@ impl AdminApp {
             (Method::POST, None) => {
                 let input = KeyInput::from_json(&read_body(s).await?)?;
                 let (rec, view) = keys::create(store, &input).await?;
-                self.gw.keys.put(rec);
+                gw.keys.put(rec);
                 Ok((201, view))
             }
             (Method::GET, None) => Ok((200, keys::list(store).await?)),
@@ -61,12 +73,12 @@ impl AdminApp {
             (Method::PATCH, Some(id)) => {
                 let input = KeyInput::from_json(&read_body(s).await?)?;
                 let rec = keys::update(store, &id, &input).await?;
-                self.gw.keys.put(rec.clone());
+                gw.keys.put(rec.clone());
                 Ok((200, keys::view(&rec)))
             }
             (Method::DELETE, Some(id)) => {
                 keys::revoke(store, &id).await?;
-                self.gw.keys.invalidate(&id);
+                gw.keys.invalidate(&id);
                 Ok((
                     200,
                     serde_json::json!({"id": id, "object": "api_key", "deleted": true}),
@@ -81,13 +93,25 @@ impl AdminApp {
 impl ServeHttp for AdminApp {
     async fn response(&self, s: &mut ServerSession) -> Response<Vec<u8>> {
         let request_id = ids::request_id();
-        let (status, body) = match self.handle(s).await {
-            Ok((status, v)) => (status, serde_json::to_vec(&v).unwrap_or_default()),
-            Err(e) => (e.status(), e.body(ErrorShape::Default, &request_id)),
+        let (method, path) = (
+            s.req_header().method.clone(),
+            s.req_header().uri.path().to_string(),
+        );
+        let reply = match ops::open_endpoint(&self.live, &method, &path).await {
+            Some(r) => r,
+            None => match self.handle(s).await {
+                Ok((status, v)) => Reply::json(status, &v),
+                Err(e) => Reply {
+                    status: e.status(),
+                    content_type: "application/json",
+                    body: e.body(ErrorShape::Default, &request_id),
+                },
+            },
         };
+        let (status, body) = (reply.status, reply.body);
         Response::builder()
             .status(status)
-            .header(http::header::CONTENT_TYPE, "application/json")
+            .header(http::header::CONTENT_TYPE, reply.content_type)
             .header(http::header::CONTENT_LENGTH, body.len())
             .header("x-request-id", request_id)
             .body(body)

@@ -3,5 +3,6 @@
 pub mod admin;
 pub mod keys;
 pub mod local;
+pub mod ops;
 
 pub use crate::errors::store_error;

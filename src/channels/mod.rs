@@ -2,10 +2,12 @@
 //! model name is mapped, and how to reach the upstream.
 
 pub mod credentials;
+pub mod health;
 pub mod raw;
 mod resolve;
 
-pub use raw::RawChannel;
+pub use health::{Circuit, ErrorKind, Health, Keys};
+pub use raw::{RawChannel, RawCircuit};
 
 use crate::ids;
 use crate::protocol::Protocol;
@@ -110,11 +112,16 @@ pub struct Channel {
     pub port: u16,
     /// Path before the protocol's own path, without a trailing slash (`""` or `/proxy`).
     pub path_prefix: String,
-    /// Injected toward the upstream; never logged, never shown.
-    pub api_key: String,
+    /// As configured: a channel keeps its health across a reload only at the same address.
+    pub base_url: String,
+    /// Injected toward the upstream, in turn; never logged, never shown.
+    pub keys: Keys,
     /// Signs each request instead (`video-a`: Kling's JWT; `video-b`: Volcengine's
     /// signature), when the channel has a key pair.
     pub signer: Option<Signer>,
+    pub circuit: Circuit,
+    /// Shared with the channel of the same name and address in a reloaded configuration.
+    pub health: Arc<Health>,
     pub models: Vec<String>,
     pub model_map: BTreeMap<String, String>,
     /// Serves the Responses API natively (`openai` channels).
@@ -138,7 +145,8 @@ impl fmt::Debug for Channel {
             .field("host", &self.host)
             .field("port", &self.port)
             .field("path_prefix", &self.path_prefix)
-            .field("api_key", &Hidden(&self.api_key))
+            .field("keys", &self.keys)
+            .field("signer", &self.signer.as_ref().map(|_| Hidden("signer")))
             .field("models", &self.models)
             .field("model_map", &self.model_map)
             .field("responses_api", &self.responses_api)
@@ -151,8 +159,9 @@ impl fmt::Debug for Channel {
 }
 
 impl Channel {
-    /// Validates one channel of the configuration.
-    pub fn from_raw(c: RawChannel) -> Result<Channel, Invalid> {
+    /// Validates one channel of the configuration; `circuit`: the top-level circuit
+    /// options, for a channel that sets none (already validated).
+    pub fn from_raw(c: RawChannel, circuit: &RawCircuit) -> Result<Channel, Invalid> {
         if c.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty"));
         }
@@ -217,6 +226,19 @@ impl Channel {
         if c.weight == 0 {
             return Err(invalid("weight", "must be at least 1"));
         }
+        let circuit = check_circuit(c.circuit.as_ref().unwrap_or(circuit))?;
+        let signer = signer(&c, protocol)?;
+        let secrets = match (c.api_key.is_empty(), c.api_keys.is_empty()) {
+            (true, true) => Vec::new(),
+            (false, true) => vec![c.api_key],
+            (true, false) => c.api_keys,
+            (false, false) => {
+                return Err(invalid("api_keys", "set `api_key` or `api_keys`, not both"));
+            }
+        };
+        if let Some(i) = secrets.iter().position(|k| k.trim().is_empty()) {
+            return Err(invalid(format!("api_keys[{i}]"), "must not be empty"));
+        }
         let chat_limit_field = match c.max_tokens_field.as_deref() {
             None | Some("max_completion_tokens") => "max_completion_tokens",
             Some("max_tokens") if protocol == ChannelProtocol::OpenAi => "max_tokens",
@@ -227,18 +249,20 @@ impl Channel {
                 ))
             }
         };
-        let signer = signer(&c, protocol)?;
         Ok(Channel {
             chat_limit_field,
             resolver: Resolver::new(host.clone(), port),
+            health: Arc::new(Health::new(&c.name)),
             name: c.name,
             protocol,
             tls,
             host,
             port,
             path_prefix,
-            api_key: c.api_key,
+            base_url: c.base_url,
+            keys: Keys::new(secrets),
             signer,
+            circuit,
             models: c.models,
             model_map: c.model_map,
             responses_api: c.responses_api,
@@ -247,6 +271,12 @@ impl Channel {
             connect_timeout: Duration::from_secs(c.connect_timeout_secs.max(1)),
             read_timeout: Duration::from_secs(c.read_timeout_secs.max(1)),
         })
+    }
+
+    /// Whether the failover loop may send a request here now: the circuit admits it and
+    /// some key is still in use.
+    pub fn admit(&self) -> bool {
+        self.keys.usable() && self.health.admit(&self.circuit)
     }
 
     /// The protocol this channel is spoken to in, for a client speaking `client`:
@@ -284,23 +314,28 @@ impl Channel {
             protocol: self.protocol.as_str().into(),
             base_url: format!("{}://{host}:{port}", u.scheme()),
             api_key: if same {
-                self.api_key.clone()
+                self.keys.pick().secret.to_string()
             } else {
                 String::new()
             },
             // Result URLs are pre-signed or public: a signature of ours would not fit.
             access_key: String::new(),
             secret_key: String::new(),
+            api_keys: Vec::new(),
             models: vec![String::from("-")],
             model_map: BTreeMap::new(),
             responses_api: false,
             max_tokens_field: None,
+            circuit: None,
             priority: 0,
             weight: 1,
             connect_timeout_secs: self.connect_timeout.as_secs(),
             read_timeout_secs: self.read_timeout.as_secs(),
         };
-        let channel = Channel::from_raw(raw).ok()?;
+        let mut channel = Channel::from_raw(raw, &RawCircuit::default()).ok()?;
+        // Failures of a download count against the channel that handed out the URL.
+        channel.health = self.health.clone();
+        channel.circuit = self.circuit;
         let mut path = u.path().to_string();
         if let Some(q) = u.query() {
             path.push('?');
@@ -368,7 +403,7 @@ fn signer(c: &RawChannel, protocol: ChannelProtocol) -> Result<Option<Signer>, I
             "is required with the other key of the pair",
         ));
     }
-    if !c.api_key.is_empty() {
+    if !c.api_key.is_empty() || !c.api_keys.is_empty() {
         return Err(invalid(
             "api_key",
             "a channel that signs with `access_key` and `secret_key` takes no `api_key`",
@@ -378,6 +413,17 @@ fn signer(c: &RawChannel, protocol: ChannelProtocol) -> Result<Option<Signer>, I
         ChannelProtocol::VideoA => Signer::Kling(credentials::KlingJwt::new(ak, sk)),
         _ => Signer::Volcengine(credentials::Volcengine::new(ak, sk)),
     }))
+}
+
+/// A channel's own circuit options, or the top-level default (`circuit.…`).
+pub fn check_circuit(c: &RawCircuit) -> Result<Circuit, Invalid> {
+    if c.cooldown_secs == 0 {
+        return Err(invalid("circuit.cooldown_secs", "must be at least 1"));
+    }
+    Ok(Circuit {
+        failures: c.failures,
+        cooldown: Duration::from_secs(c.cooldown_secs),
+    })
 }
 
 /// Model → channels, built once from the configuration.
@@ -467,16 +513,18 @@ mod tests {
             api_key: String::new(),
             access_key: String::new(),
             secret_key: String::new(),
+            api_keys: Vec::new(),
             models: vec!["m".into()],
             model_map: BTreeMap::new(),
             responses_api: false,
             max_tokens_field: None,
+            circuit: None,
             priority,
             weight,
             connect_timeout_secs: 1,
             read_timeout_secs: 1,
         };
-        Arc::new(Channel::from_raw(raw).unwrap())
+        Arc::new(Channel::from_raw(raw, &RawCircuit::default()).unwrap())
     }
 
     #[test]
@@ -504,37 +552,49 @@ mod tests {
             api_key: api.into(),
             access_key: ak.into(),
             secret_key: sk.into(),
+            api_keys: Vec::new(),
             models: vec!["m".into()],
             model_map: BTreeMap::new(),
             responses_api: false,
             max_tokens_field: None,
+            circuit: None,
             priority: 0,
             weight: 1,
             connect_timeout_secs: 1,
             read_timeout_secs: 1,
         };
-        let path_of = |r| Channel::from_raw(r).unwrap_err().field;
+        let path_of = |r| {
+            Channel::from_raw(r, &RawCircuit::default())
+                .unwrap_err()
+                .field
+        };
         assert!(matches!(
-            Channel::from_raw(raw("video-a", "", "ak", "sk"))
+            Channel::from_raw(raw("video-a", "", "ak", "sk"), &RawCircuit::default())
                 .unwrap()
                 .signer,
             Some(Signer::Kling(_))
         ));
         assert!(matches!(
-            Channel::from_raw(raw("video-b", "", "ak", "sk"))
+            Channel::from_raw(raw("video-b", "", "ak", "sk"), &RawCircuit::default())
                 .unwrap()
                 .signer,
             Some(Signer::Volcengine(_))
         ));
-        assert!(Channel::from_raw(raw("video-b", "k", "", ""))
-            .unwrap()
-            .signer
-            .is_none());
+        assert!(
+            Channel::from_raw(raw("video-b", "k", "", ""), &RawCircuit::default())
+                .unwrap()
+                .signer
+                .is_none()
+        );
         assert_eq!(path_of(raw("video-b", "", "ak", "")), "secret_key");
         assert_eq!(path_of(raw("video-a", "", "", "sk")), "access_key");
         assert_eq!(path_of(raw("openai", "", "ak", "sk")), "access_key");
         assert_eq!(path_of(raw("video-a", "k", "ak", "sk")), "api_key");
-        let c = Channel::from_raw(raw("video-a", "", "ak-secret", "sk-secret")).unwrap();
+        let c = Channel::from_raw(
+            raw("video-a", "", "ak-secret", "sk-secret"),
+            &RawCircuit::default(),
+        )
+        .unwrap();
         assert!(!format!("{c:?}").contains("secret"), "keys never printed");
     }
 

@@ -32,6 +32,9 @@ pub struct RawChannel {
     pub base_url: String,
     #[serde(default)]
     pub api_key: String,
+    /// Several upstream keys, used in turn (instead of `api_key`).
+    #[serde(default)]
+    pub api_keys: Vec<String>,
     /// `video-a` (Kling) and `video-b` (Volcengine) channels: the key pair that signs
     /// each request, instead of `api_key`. Give them as `${VAR}`.
     #[serde(default)]
@@ -57,6 +60,31 @@ pub struct RawChannel {
     /// Longest wait for any single read from the upstream (first byte included).
     #[serde(default = "default_read_timeout")]
     pub read_timeout_secs: u64,
+    /// This channel's circuit options; default: the top-level `circuit`.
+    #[serde(default)]
+    pub circuit: Option<RawCircuit>,
+}
+
+/// Passive health: when a failing channel is taken out of rotation (per channel, or the
+/// top-level default).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawCircuit {
+    /// Consecutive failures (connect errors, timeouts, 5xx, 429) that open the circuit;
+    /// 0 never opens it.
+    pub failures: u32,
+    /// How long an open circuit keeps the channel out before one probe request is let
+    /// through.
+    pub cooldown_secs: u64,
+}
+
+impl Default for RawCircuit {
+    fn default() -> Self {
+        RawCircuit {
+            failures: 5,
+            cooldown_secs: 30,
+        }
+    }
 }
 
 fn default_weight() -> u32 {
@@ -79,6 +107,10 @@ impl fmt::Debug for RawChannel {
             .field("protocol", &self.protocol)
             .field("base_url", &self.base_url)
             .field("api_key", &Hidden(&self.api_key))
+            .field(
+                "api_keys",
+                &self.api_keys.iter().map(|k| Hidden(k)).collect::<Vec<_>>(),
+            )
             .field("access_key", &Hidden(&self.access_key))
             .field("secret_key", &Hidden(&self.secret_key))
             .field("models", &self.models)
@@ -89,6 +121,7 @@ impl fmt::Debug for RawChannel {
             .field("weight", &self.weight)
             .field("connect_timeout_secs", &self.connect_timeout_secs)
             .field("read_timeout_secs", &self.read_timeout_secs)
+            .field("circuit", &self.circuit)
             .finish()
     }
 }

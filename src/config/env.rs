@@ -1,5 +1,9 @@
 //! `${VAR}` expansion inside YAML string scalars. Expanding the parsed tree (not the raw
 //! text) means a secret containing `:` or `#` cannot change the document's structure.
+//!
+//! `${file:/path}` is the content of a file (its trailing newline removed): a secret
+//! mounted as a file can change under a running process, so a reload picks up a rotated
+//! key, which an environment variable (fixed at start) cannot offer.
 
 use super::{config_err, ConfigError};
 use serde_yaml::Value;
@@ -48,6 +52,13 @@ fn expand_str(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String
             .find('}')
             .ok_or_else(|| "unterminated `${` in value".to_string())?;
         let expr = &after[..end];
+        if let Some(file) = expr.strip_prefix("file:") {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| format!("cannot read the secret file {file}: {e}"))?;
+            out.push_str(text.trim_end_matches(['\n', '\r']));
+            rest = &after[end + 1..];
+            continue;
+        }
         let (name, default) = match expr.split_once(":-") {
             Some((n, d)) => (n, Some(d)),
             None => (expr, None),
@@ -88,6 +99,14 @@ mod tests {
             .unwrap_err()
             .contains("B is not set"));
         assert!(expand_str("${A", &look).is_err());
+        let dir = std::env::temp_dir().join(format!("mg-env-{}", std::process::id()));
+        std::fs::write(&dir, "s3cret\n").unwrap();
+        let got = expand_str(&format!("k-${{file:{}}}", dir.display()), &look).unwrap();
+        std::fs::remove_file(&dir).unwrap();
+        assert_eq!(got, "k-s3cret");
+        assert!(expand_str("${file:/surely/not/here}", &look)
+            .unwrap_err()
+            .contains("/surely/not/here"));
         assert!(expand_str("${A B}", &look).is_err());
     }
 }

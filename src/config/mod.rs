@@ -47,7 +47,7 @@ fn err(path: impl Into<String>, message: impl Into<String>) -> ConfigError {
     }
 }
 
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreConfig {
     Embedded { path: PathBuf },
     Redis { urls: Vec<String>, cluster: bool },
@@ -71,7 +71,7 @@ impl fmt::Debug for StoreConfig {
     }
 }
 
-#[derive(Clone)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct AdminConfig {
     pub listen: SocketAddr,
     pub token: String,
@@ -165,6 +165,57 @@ impl VideoConfig {
     }
 }
 
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    /// One JSON object per line, its fields at the top level.
+    Json,
+}
+
+/// Where spans go (OTLP over HTTP, JSON encoding).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Telemetry {
+    /// The collector's base URL, without a trailing slash.
+    pub endpoint: String,
+    pub service_name: String,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Telemetry {
+    fn from_raw(t: raw::RawTelemetry) -> Result<Option<Telemetry>, ConfigError> {
+        let Some(endpoint) = t.otlp_endpoint.filter(|e| !e.trim().is_empty()) else {
+            return Ok(None);
+        };
+        let url = url::Url::parse(&endpoint)
+            .map_err(|e| err("telemetry.otlp_endpoint", format!("not a URL: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(err(
+                "telemetry.otlp_endpoint",
+                "must be an http or https URL with a host",
+            ));
+        }
+        if t.service_name.trim().is_empty() {
+            return Err(err("telemetry.service_name", "must not be empty"));
+        }
+        let mut headers = Vec::new();
+        for (name, value) in t.headers {
+            let path = format!("telemetry.headers.{name}");
+            http::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| err(&path, "not a valid header name"))?;
+            http::HeaderValue::from_str(&value)
+                .map_err(|_| err(&path, "not a valid header value"))?;
+            headers.push((name, value));
+        }
+        Ok(Some(Telemetry {
+            endpoint: endpoint.trim_end_matches('/').to_string(),
+            service_name: t.service_name,
+            headers,
+        }))
+    }
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -181,6 +232,12 @@ pub struct Config {
     pub video: VideoConfig,
     /// Every configured secret (channel keys, the admin token), to keep out of the log.
     pub secrets: Secrets,
+    pub log_format: LogFormat,
+    pub telemetry: Option<Telemetry>,
+    /// The socket a process started with `--upgrade` receives the listeners on.
+    pub upgrade_sock: PathBuf,
+    /// The file this configuration was read from (what a reload reads again).
+    pub source: Option<PathBuf>,
 }
 
 impl Config {
@@ -189,7 +246,9 @@ impl Config {
         let text = std::fs::read_to_string(path)
             .map_err(|e| err("", format!("cannot read {}: {e}", path.display())))?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Config::parse(&text, base)
+        let mut config = Config::parse(&text, base)?;
+        config.source = Some(path.to_path_buf());
+        Ok(config)
     }
 
     /// Parses configuration text; relative store paths are taken from `base`.
@@ -310,6 +369,21 @@ impl Config {
             newest: f.newest,
         };
         let video = VideoConfig::from_raw(raw.video)?;
+        let log_format = match raw.log.format.as_deref() {
+            None | Some("text") => LogFormat::Text,
+            Some("json") => LogFormat::Json,
+            Some(other) => {
+                return Err(err(
+                    "log.format",
+                    format!("`{other}`: expected `text` or `json`"),
+                ))
+            }
+        };
+        let telemetry = Telemetry::from_raw(raw.telemetry)?;
+        if raw.upgrade_sock.trim().is_empty() {
+            return Err(err("upgrade_sock", "must not be empty"));
+        }
+        crate::channels::check_circuit(&raw.circuit).map_err(|e| err(e.field, e.message))?;
         let mut names = HashSet::new();
         let mut channels = Vec::new();
         for (i, c) in raw.channels.into_iter().enumerate() {
@@ -320,14 +394,14 @@ impl Config {
                     format!("duplicate channel name `{}`", c.name),
                 ));
             }
-            let channel =
-                Channel::from_raw(c).map_err(|e| err(format!("{path}.{}", e.field), e.message))?;
+            let channel = Channel::from_raw(c, &raw.circuit)
+                .map_err(|e| err(format!("{path}.{}", e.field), e.message))?;
             channels.push(Arc::new(channel));
         }
         let secrets = Secrets::new(
             channels
                 .iter()
-                .map(|c| c.api_key.as_str())
+                .flat_map(|c| c.keys.secrets())
                 .chain(admin.iter().map(|a| a.token.as_str())),
         );
         Ok(Config {
@@ -353,6 +427,10 @@ impl Config {
             prices,
             image_families,
             video,
+            log_format,
+            telemetry,
+            upgrade_sock: PathBuf::from(raw.upgrade_sock),
+            source: None,
         })
     }
 

@@ -1,6 +1,7 @@
 //! Stage one: the YAML file as plain structs. Unknown fields are errors, so a typo in a
 //! field name fails `check-config` with its path instead of silently taking a default.
 
+use crate::channels::raw::RawCircuit;
 use crate::channels::RawChannel;
 use crate::redact::{self, Hidden};
 use serde::Deserialize;
@@ -34,6 +35,52 @@ pub struct RawConfig {
     /// Asynchronous video tasks: polling, leases, timeouts, durations.
     #[serde(default)]
     pub video: RawVideo,
+    /// How the log is written.
+    #[serde(default)]
+    pub log: RawLog,
+    /// Traces sent to an OpenTelemetry collector (off unless an endpoint is set).
+    #[serde(default)]
+    pub telemetry: RawTelemetry,
+    /// Passive channel health: when a failing channel is taken out of rotation.
+    #[serde(default)]
+    pub circuit: RawCircuit,
+    /// Where a new process started with `--upgrade` receives the listening sockets of
+    /// the running one.
+    #[serde(default = "default_upgrade_sock")]
+    pub upgrade_sock: String,
+}
+
+fn default_upgrade_sock() -> String {
+    "/tmp/model-gateway-upgrade.sock".into()
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    /// `text` (the default) or `json` (one object per line).
+    pub format: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTelemetry {
+    /// Base URL of an OTLP/HTTP collector (`http://collector:4318`); spans are sent
+    /// to `<endpoint>/v1/traces`. Unset: no traces.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the spans.
+    pub service_name: String,
+    /// Extra headers on every export (a collector's API key, from the environment).
+    pub headers: BTreeMap<String, String>,
+}
+
+impl Default for RawTelemetry {
+    fn default() -> Self {
+        RawTelemetry {
+            otlp_endpoint: None,
+            service_name: "model-gateway".into(),
+            headers: BTreeMap::new(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

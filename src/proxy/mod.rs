@@ -10,12 +10,17 @@
 //! 3. `upstream_peer`: never reached (no route continues to Pingora's proxy path).
 //! 4. `fail_to_proxy`: a Pingora-level failure, rendered in the spec's envelope.
 //! 5. `logging`: appends the usage record of an authenticated request, unless the relay
-//!    already wrote it together with the request's settlement.
+//!    already wrote it together with the request's settlement; then the request's
+//!    metrics, access-log line and trace ([`crate::observe`]).
+//!
+//! Each request runs on the configuration that was running when it arrived
+//! ([`Live::current`]), to its end, whatever a reload swaps in meanwhile.
 
 use crate::api::local;
 use crate::auth::{self, client_ip};
 use crate::errors::GatewayError;
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, Live};
+use crate::observe::{self, Obs, Observer};
 use crate::realtime;
 use crate::relay;
 use crate::request::{respond_error, Answer, Ctx};
@@ -36,12 +41,14 @@ pub enum Phase {
 }
 
 pub struct GatewayProxy {
-    gw: Arc<Gateway>,
+    live: Arc<Live>,
+    observe: Arc<Observer>,
 }
 
 impl GatewayProxy {
-    pub fn new(gw: Arc<Gateway>) -> GatewayProxy {
-        GatewayProxy { gw }
+    pub fn new(live: Arc<Live>) -> GatewayProxy {
+        let observe = live.current().observe.clone();
+        GatewayProxy { live, observe }
     }
 }
 
@@ -50,11 +57,14 @@ impl ProxyHttp for GatewayProxy {
     type CTX = Ctx;
 
     fn new_ctx(&self) -> Ctx {
-        Ctx::new()
+        let mut ctx = Ctx::new();
+        ctx.obs = Obs::begin(&self.observe);
+        ctx
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
-        Ok(handle(&self.gw, session, ctx).await == Phase::Responded)
+        let gw = self.live.current();
+        Ok(handle(&gw, session, ctx).await == Phase::Responded)
     }
 
     async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
@@ -65,7 +75,7 @@ impl ProxyHttp for GatewayProxy {
         let (error_code, gerr) = match e.etype() {
             ErrorType::HTTPStatus(413) => (
                 413,
-                GatewayError::BodyTooLarge(self.gw.config.limits.max_body_bytes),
+                GatewayError::BodyTooLarge(self.live.current().config.limits.max_body_bytes),
             ),
             ErrorType::HTTPStatus(400) | ErrorType::InvalidHTTPHeader => (
                 400,
@@ -83,7 +93,9 @@ impl ProxyHttp for GatewayProxy {
     }
 
     async fn logging(&self, session: &mut Session, _e: Option<&Error>, ctx: &mut Ctx) {
-        record_usage(&self.gw, session, ctx).await;
+        let gw = self.live.current();
+        let status = record_usage(&gw, session, ctx).await;
+        observe_end(&gw, session, ctx, status);
     }
 }
 
@@ -93,6 +105,7 @@ async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx) -> Phase {
     let query = req.uri.query().map(str::to_string);
     let route = route::route(&req.method, &path);
     ctx.shape = route.error_shape(&path);
+    ctx.obs.routed(&gw.observe, &route, ctx.shape, &req.headers);
     match dispatch(gw, session, ctx, &route, &path, query.as_deref()).await {
         Ok(answer) => answer.send(gw, session, ctx).await,
         Err(e) => respond_error(session, ctx, &e).await,
@@ -165,15 +178,36 @@ async fn dispatch(
     }
 }
 
-async fn record_usage(gw: &Gateway, session: &Session, ctx: &mut Ctx) {
+/// Writes the usage record the relay did not write; returns the status the client got.
+async fn record_usage(gw: &Gateway, session: &Session, ctx: &mut Ctx) -> u16 {
     let status = match ctx.status {
         0 => session.response_written().map_or(0, |h| h.status.as_u16()),
         s => s,
     };
     let Some(u) = ctx.take_usage_record(status) else {
-        return;
+        return status;
     };
     if let Err(e) = gw.store.append_usage(&u).await {
         tracing::warn!(request_id = %u.request_id, error = %e, "usage record not written");
     }
+    status
+}
+
+fn observe_end(gw: &Gateway, session: &Session, ctx: &mut Ctx, status: u16) {
+    let req = session.req_header();
+    let (model, channel) = ctx
+        .record
+        .as_ref()
+        .map_or(("", ""), |r| (r.model.as_str(), r.channel.as_str()));
+    let ending = observe::request::Ending {
+        request_id: &ctx.request_id,
+        key_id: ctx.key.as_ref().map(|k| k.rec.id.as_str()),
+        method: req.method.as_str(),
+        path: req.uri.path(),
+        status,
+        started: ctx.started,
+        model,
+        channel,
+    };
+    observe::request::finish(&gw.observe, &mut ctx.obs, &ending);
 }

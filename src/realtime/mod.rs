@@ -185,7 +185,7 @@ async fn connect(
         session.req_header(),
         &path,
         &channel.authority(),
-        &channel.api_key,
+        channel.keys.pick().secret,
     )
     .map_err(|e| {
         tracing::error!(channel = %channel.name, error = %e, "cannot build the realtime handshake");

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use pingora::proxy::Session;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Holds the worst case of one request (or one realtime block, or one video task) on
 /// the caller's key; the guard releases it whichever way the request ends.
@@ -59,8 +60,13 @@ pub async fn run<R: Request>(
         .as_ref()
         .map(|k| k.rec.id.clone())
         .ok_or(GatewayError::Internal)?;
+    let reserving = Instant::now();
     let ttl = gw.config.limits.reservation_ttl_secs;
-    let mut guard = hold(gw, &key_id, &ctx.request_id, request.bounds(), ttl).await?;
+    let held = hold(gw, &key_id, &ctx.request_id, request.bounds(), ttl).await;
+    if let Some(s) = ctx.obs.span("store.reserve", reserving, Instant::now()) {
+        s.error(held.is_err());
+    }
+    let mut guard = held?;
     request.grant(guard.amount());
     let ex = match first_answer(gw, ctx, client_headers, candidates, |c, last| {
         request.call(c, last).map(Some)
@@ -83,6 +89,7 @@ pub async fn run<R: Request>(
 /// the gateway never retries for the caller once an upstream may have acted (spec 7.3).
 /// `call` builds the request for a channel (`last`: no later channel will be tried), or
 /// `None` when that channel cannot take it.
+/// A channel whose circuit is open (or whose keys were all refused) is not tried at all.
 pub async fn first_answer(
     gw: &Gateway,
     ctx: &mut Ctx,
@@ -93,6 +100,11 @@ pub async fn first_answer(
     let last = candidates.len().saturating_sub(1);
     let mut failure = GatewayError::Upstream(UpstreamFailure::Connect);
     for (i, channel) in candidates.iter().enumerate() {
+        if !channel.admit() {
+            tracing::debug!(request_id = %ctx.request_id, channel = %channel.name,
+                "channel skipped: its circuit is open");
+            continue;
+        }
         let Some(c) = call(channel, i == last)? else {
             continue;
         };
@@ -105,7 +117,10 @@ pub async fn first_answer(
             client_headers,
         };
         ctx.record_mut().channel = channel.name.clone();
-        match Exchange::open(gw, channel.clone(), &out).await {
+        let opening = Instant::now();
+        let opened = Exchange::open(gw, channel.clone(), &out).await;
+        observe_attempt(ctx, &channel.name, opening, &opened);
+        match opened {
             Ok(ex) if (200..300).contains(&ex.status()) => return Ok(ex),
             Ok(ex) => return Err(refused(gw, ctx, ex).await),
             Err(OpenError::NotSent(e)) => failure = e,
@@ -113,6 +128,33 @@ pub async fn first_answer(
         }
     }
     Err(failure)
+}
+
+/// The attempt's spans: the connection, then the wait for the upstream's first byte.
+fn observe_attempt(
+    ctx: &mut Ctx,
+    channel: &str,
+    start: Instant,
+    opened: &Result<Exchange, OpenError>,
+) {
+    match opened {
+        Ok(ex) => {
+            let t = ex.timing;
+            if let Some(s) = ctx.obs.span("upstream.connect", t.start, t.connected) {
+                s.str("gateway.channel", channel);
+            }
+            if let Some(s) = ctx.obs.span("upstream.first_byte", t.connected, t.header) {
+                s.str("gateway.channel", channel)
+                    .int("http.response.status_code", i64::from(ex.status()))
+                    .error(!(200..300).contains(&ex.status()));
+            }
+        }
+        Err(_) => {
+            if let Some(s) = ctx.obs.span("upstream.connect", start, Instant::now()) {
+                s.str("gateway.channel", channel).error(true);
+            }
+        }
+    }
 }
 
 /// An upstream's non-2xx answer: its text goes to the operator's log, the client gets
@@ -199,10 +241,15 @@ pub async fn settle(ctx: &mut Ctx, guard: &mut ReservationGuard, cost: Cost, sta
     rec.cost = charged;
     rec.estimated = cost.estimated;
     rec.overrun = overrun;
-    match ctx.take_usage_record(status) {
+    let settling = Instant::now();
+    let outcome = match ctx.take_usage_record(status) {
         Some(u) => guard.settle_logged(charged, u).await,
         None => guard.settle(charged).await,
     };
+    if let Some(s) = ctx.obs.span("store.settle", settling, Instant::now()) {
+        s.int("gateway.charged_micro_usd", charged)
+            .error(outcome != crate::billing::SettleOutcome::Settled);
+    }
 }
 
 /// What the charge would be if the request ended now (the guard charges it if dropped).
@@ -232,6 +279,7 @@ impl<M: Meter + 'static> LiveAnswer for Streaming<M> {
             framed,
         } = *self;
         ctx.status = 200;
+        let _open = crate::observe::GaugeGuard::new(&gw.observe.streams);
         let mut client_ok = match response_header(ctx, 200, &content_type, None) {
             Some(h) => session
                 .write_response_header(Box::new(h), false)
@@ -255,6 +303,7 @@ impl<M: Meter + 'static> LiveAnswer for Streaming<M> {
                     meter.feed(&chunk, &mut out);
                     guard.set_charge_on_drop(charge_so_far(&guard, meter.cost()));
                     if !out.is_empty() && client_ok {
+                        ctx.obs.first_byte();
                         client_ok = write(session, Bytes::from(std::mem::take(&mut out))).await;
                         if !client_ok {
                             tracing::info!(request_id = %ctx.request_id, "client left mid-stream; draining upstream for usage");

@@ -4,7 +4,7 @@
 //! so body-routed requests are sent from here instead: header, whole body, then the
 //! response is read as it arrives (DESIGN.md, "The one Pingora fact").
 
-use crate::channels::{Channel, ChannelProtocol};
+use crate::channels::{Channel, ChannelProtocol, ErrorKind};
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use bytes::{Bytes, BytesMut};
@@ -13,7 +13,7 @@ use pingora::protocols::http::client::HttpSession;
 use pingora::upstreams::peer::HttpPeer;
 use pingora::{Error, ErrorType};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Headers a client may pass on to an upstream of its own protocol; everything else the
 /// client sent (its credentials above all) stays at the gateway.
@@ -43,6 +43,15 @@ pub struct Exchange {
     pub channel: Arc<Channel>,
     http: HttpSession,
     peer: HttpPeer,
+    pub timing: Timing,
+}
+
+/// When an exchange started, had its connection, and had the upstream's response header.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub start: Instant,
+    pub connected: Instant,
+    pub header: Instant,
 }
 
 /// Why opening an exchange failed: only `NotSent` may move on to the next channel.
@@ -57,12 +66,20 @@ impl Exchange {
         channel: Arc<Channel>,
         out: &Outgoing<'_>,
     ) -> Result<Exchange, OpenError> {
-        let unreachable = || OpenError::NotSent(GatewayError::Upstream(UpstreamFailure::Connect));
+        let start = Instant::now();
+        // Every way this can fail is the channel's health too (the circuit, the metrics).
+        let failed = |kind: ErrorKind| channel.health.failure(&channel.circuit, kind, None);
+        let unreachable = || {
+            failed(ErrorKind::Connect);
+            OpenError::NotSent(GatewayError::Upstream(UpstreamFailure::Connect))
+        };
         let peer = channel.peer().await.map_err(|e| {
             tracing::warn!(channel = %channel.name, error = %e, "upstream address lookup failed");
             unreachable()
         })?;
-        let header = request_header(&channel, out).map_err(|e| {
+        let key = channel.keys.pick();
+        let key_index = key.index;
+        let header = request_header(&channel, out, key.secret).map_err(|e| {
             tracing::error!(channel = %channel.name, error = %e, "cannot build upstream request");
             OpenError::NotSent(GatewayError::Internal)
         })?;
@@ -78,6 +95,7 @@ impl Exchange {
             // The pooled session does not take these from the peer's options.
             http.set_read_timeout(Some(channel.read_timeout));
             http.set_write_timeout(Some(channel.read_timeout));
+            let connected = Instant::now();
             match send(&mut http, header.clone(), out).await {
                 Ok(()) => {}
                 Err(e) if reused && attempts == 1 => {
@@ -86,18 +104,47 @@ impl Exchange {
                 }
                 Err(e) => {
                     tracing::warn!(channel = %channel.name, error = %e, "upstream write failed");
+                    failed(kind(&e, ErrorKind::Connect));
                     return Err(OpenError::Sent(failure(&e)));
                 }
             }
             if let Err(e) = http.read_response_header().await {
                 tracing::warn!(channel = %channel.name, error = %e, "upstream response header failed");
+                failed(kind(&e, ErrorKind::Connect));
                 return Err(OpenError::Sent(failure(&e)));
             }
-            return Ok(Exchange {
+            let ex = Exchange {
                 channel,
                 http,
                 peer,
-            });
+                timing: Timing {
+                    start,
+                    connected,
+                    header: Instant::now(),
+                },
+            };
+            ex.answered(key_index);
+            return Ok(ex);
+        }
+    }
+
+    /// Records the answer's status in the channel's health; a key the upstream refused is
+    /// set aside.
+    fn answered(&self, key: usize) {
+        let c = &self.channel;
+        let latency = self.timing.header - self.timing.start;
+        match ErrorKind::of_status(self.status()) {
+            None => c.health.success(latency),
+            Some(kind) => {
+                c.health.failure(&c.circuit, kind, Some(latency));
+                if kind == ErrorKind::Auth && c.keys.set_aside(key, self.status()) {
+                    tracing::warn!(
+                        channel = %c.name, key = key, status = self.status(),
+                        usable = c.keys.usable(),
+                        "the upstream refused this key; it is set aside until the next reload"
+                    );
+                }
+            }
         }
     }
 
@@ -117,6 +164,9 @@ impl Exchange {
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, GatewayError> {
         self.http.read_response_body().await.map_err(|e| {
             tracing::warn!(channel = %self.channel.name, error = %e, "upstream body read failed");
+            let c = &self.channel;
+            c.health
+                .failure(&c.circuit, kind(&e, ErrorKind::CutStream), None);
             failure(&e)
         })
     }
@@ -159,7 +209,11 @@ async fn send(
     http.finish_request_body().await
 }
 
-fn request_header(channel: &Channel, out: &Outgoing<'_>) -> pingora::Result<RequestHeader> {
+fn request_header(
+    channel: &Channel,
+    out: &Outgoing<'_>,
+    key: &str,
+) -> pingora::Result<RequestHeader> {
     let path = format!("{}{}", channel.path_prefix, out.path);
     let mut h = RequestHeader::build(out.method, path.as_bytes(), Some(8))?;
     h.insert_header(http::header::HOST, channel.authority())?;
@@ -179,7 +233,6 @@ fn request_header(channel: &Channel, out: &Outgoing<'_>) -> pingora::Result<Requ
         http::header::USER_AGENT,
         concat!("model-gateway/", env!("CARGO_PKG_VERSION")),
     )?;
-    let key = channel.api_key.as_str();
     if let Some(signer) = &channel.signer {
         let req = crate::channels::credentials::Request {
             method: out.method,
@@ -225,6 +278,19 @@ fn request_header(channel: &Channel, out: &Outgoing<'_>) -> pingora::Result<Requ
         }
     }
     Ok(h)
+}
+
+/// The health kind of a transport error; `other` for a broken connection.
+fn kind(e: &Error, other: ErrorKind) -> ErrorKind {
+    match e.etype() {
+        ErrorType::ConnectTimedout | ErrorType::ReadTimedout | ErrorType::WriteTimedout => {
+            ErrorKind::Timeout
+        }
+        ErrorType::InvalidHTTPHeader | ErrorType::H1Error | ErrorType::H2Error => {
+            ErrorKind::BadResponse
+        }
+        _ => other,
+    }
 }
 
 /// Maps a transport error to the failure kind shown to the client.

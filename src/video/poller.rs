@@ -32,9 +32,10 @@ impl Poller {
     /// tasks were claimed. A poll runs on its own: one upstream that is slow to answer
     /// (up to the channel's read timeout) never holds up the tasks of another.
     async fn claim(&self, set: &mut JoinSet<()>, room: usize) -> usize {
-        let lease = self.gw.config.video.lease.as_millis() as i64;
-        let refs = match self
-            .gw
+        // The running configuration (a reload may have changed the video options).
+        let gw = self.gw.latest();
+        let lease = gw.config.video.lease.as_millis() as i64;
+        let refs = match gw
             .store
             .claim_due_tasks(ids::now_ms(), lease, room.min(CLAIM_BATCH))
             .await
@@ -47,7 +48,7 @@ impl Poller {
         };
         let n = refs.len();
         for r in refs {
-            let gw = self.gw.clone();
+            let gw = gw.clone();
             set.spawn(async move {
                 poll_once(&gw, &r).await;
             });

@@ -19,6 +19,10 @@ mod media_upstream;
 mod mock_upstream;
 #[path = "../support/openai_videos.rs"]
 mod openai_videos;
+#[path = "../support/otlp_receiver.rs"]
+mod otlp_receiver;
+#[path = "../support/process.rs"]
+mod process;
 #[path = "../support/providers.rs"]
 mod providers;
 #[path = "../support/redis.rs"]
@@ -33,18 +37,21 @@ mod cap;
 mod cap_property;
 mod cap_streams;
 mod chat;
+mod deploy;
 mod edges;
 mod edges_http;
 mod lifecycle;
 mod local;
 mod media;
 mod media_edits;
+mod ops;
 mod protocols;
 mod quota;
 mod realtime;
 mod sdk;
 mod stores;
 mod task_store;
+mod upgrade;
 mod video;
 mod video_checks;
 mod video_instances;

@@ -40,6 +40,40 @@ pub fn config_text(body: &str, store: &StoreKind, dir: &Path) -> String {
     )
 }
 
+fn file_text(
+    body: &str,
+    store: &StoreKind,
+    dir: &Path,
+    listen: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+) -> String {
+    config_text(body, store, dir)
+        .replacen("listen: 127.0.0.1:0", &format!("listen: {listen}"), 1)
+        .replacen(
+            "admin: { listen: 127.0.0.1:0",
+            &format!("admin: {{ listen: {admin}"),
+            1,
+        )
+}
+
+/// The value of one series in a Prometheus text exposition: the line named `name` whose
+/// labels include every pair of `labels`.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .find(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}
+
 impl TestGateway {
     pub async fn start(body: &str, store: StoreKind) -> TestGateway {
         let dir = tempfile::tempdir().unwrap();
@@ -60,6 +94,51 @@ impl TestGateway {
             running,
             _dir: Some(dir),
         }
+    }
+
+    /// A gateway started from a configuration file (so it can be reloaded), with the
+    /// listeners' real addresses written in the file. Returns the file's path.
+    pub async fn start_from_file(
+        body: &str,
+        store: StoreKind,
+    ) -> (TestGateway, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let admin = TcpListener::bind("127.0.0.1:0").unwrap();
+        let (base, admin_base) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
+        let path = dir.path().join("gateway.yaml");
+        std::fs::write(&path, file_text(body, &store, dir.path(), base, admin_base)).unwrap();
+        let config = Config::load(&path).expect("test config is valid");
+        let store = open_store(&config.store, false).await.expect("store opens");
+        let running = spawn(config, store, listener, Some(admin)).expect("gateway starts");
+        let gw = TestGateway {
+            base: format!("http://{base}"),
+            admin: format!("http://{admin_base}"),
+            http: reqwest::Client::new(),
+            running,
+            _dir: Some(dir),
+        };
+        (gw, path)
+    }
+
+    /// Rewrites the configuration file of [`TestGateway::start_from_file`] with `body`.
+    pub fn rewrite(&self, path: &Path, body: &str, store: &StoreKind) {
+        let base = self.base.trim_start_matches("http://").parse().unwrap();
+        let admin = self.admin.trim_start_matches("http://").parse().unwrap();
+        let dir = path.parent().unwrap();
+        std::fs::write(path, file_text(body, store, dir, base, admin)).unwrap();
+    }
+
+    /// `GET /metrics` on the admin listener (no token).
+    pub async fn metrics(&self) -> String {
+        let r = self
+            .http
+            .get(format!("{}/metrics", self.admin))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        r.text().await.unwrap()
     }
 
     pub fn url(&self, path: &str) -> String {
