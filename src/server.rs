@@ -69,9 +69,13 @@ fn proxy_service(
     svc
 }
 
-fn admin_service(live: &Arc<Live>) -> Option<Listening<AdminApp>> {
-    let admin = live.current().config.admin.clone()?;
-    let mut svc = Listening::new("admin".into(), AdminApp::new(live.clone()));
+/// The admin listener, behind the same edge as the client listener: it faces operators'
+/// networks, and a slow or idle client there must not hold a connection forever either.
+fn admin_service(live: &Arc<Live>) -> Option<Listening<Edge<AdminApp>>> {
+    let gw = live.current();
+    let admin = gw.config.admin.clone()?;
+    let edge = Edge::new(AdminApp::new(live.clone()), EdgeLimits::from(&gw.config.limits));
+    let mut svc = Listening::new("admin".into(), edge);
     svc.add_tcp(&admin.listen.to_string());
     Some(svc)
 }

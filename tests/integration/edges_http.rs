@@ -329,3 +329,22 @@ async fn the_connection_cap_refuses_with_a_log_line() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The admin listener stands behind the same edge: a header that never completes is cut
+/// off at the deadline with a 408 in the envelope, and the admin API answers right after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_cuts_off_slow_headers_too() {
+    let (gw, _) = gateway("{ header_timeout_secs: 1 }").await;
+    let admin = gw.admin.trim_start_matches("http://").to_string();
+    let mut s = TcpStream::connect(&admin).await.unwrap();
+    s.write_all(b"GET /admin/keys HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        .await
+        .unwrap();
+    let a = read_answer(&mut s, Duration::from_secs(5))
+        .await
+        .expect("a 408 before the connection closes");
+    assert_envelope(&a, 408, "slow admin header");
+    assert!(closed_within(&mut s, Duration::from_secs(3)).await);
+    let (status, _) = gw.admin_get("/admin/keys").await;
+    assert_eq!(status, 200);
+}
