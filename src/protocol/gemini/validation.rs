@@ -70,8 +70,22 @@ pub fn validate(body: &Value) -> Result<(), Invalid> {
             }
         }
     }
+    // Vertex AI's GenerationConfig reference caps candidateCount at 8. Each candidate is a
+    // whole answer the reservation must cover, so an unbounded count is refused here.
+    if g.get("candidateCount")
+        .and_then(Value::as_u64)
+        .is_some_and(|n| n > MAX_CANDIDATES)
+    {
+        return Err(invalid(
+            "generationConfig.candidateCount",
+            format!("`generationConfig.candidateCount` must be at most {MAX_CANDIDATES}."),
+        ));
+    }
     Ok(())
 }
+
+/// The most candidates one request may ask for.
+pub const MAX_CANDIDATES: u64 = 8;
 
 fn check_types(obj: &Value, prefix: &str, fields: &[TypedField]) -> Result<(), Invalid> {
     for (name, ok, what) in fields {

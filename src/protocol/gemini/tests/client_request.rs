@@ -81,6 +81,14 @@ fn validation_names_the_field() {
         Some("generationConfig.candidateCount".into())
     );
     assert_eq!(
+        config(json!({"candidateCount": 1_000_000_000})),
+        Some("generationConfig.candidateCount".into()),
+        "each candidate is reserved: the count is bounded"
+    );
+    let mut eight = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+    eight["generationConfig"] = json!({"candidateCount": 8});
+    assert!(validate(&eight).is_ok());
+    assert_eq!(
         config(json!({"stopSequences": ["a", 1]})),
         Some("generationConfig.stopSequences".into())
     );
