@@ -1,8 +1,18 @@
-//! The admin API, on its own listener (Pingora's `ServeHttp` app):
-//! `POST/GET /admin/keys`, `GET/PATCH/DELETE /admin/keys/{id}`, with
-//! `Authorization: Bearer <admin token>`.
+//! The admin listener (Pingora's `ServeHttp` app): the admin API under `/admin/`, with
+//! `Authorization: Bearer <admin token>`, and the console's page at `/console`.
+//!
+//! - `POST/GET /admin/keys`, `GET/PATCH/DELETE /admin/keys/{id}`: keys ([`super::keys`]);
+//! - `GET /admin/usage`, `GET /admin/usage/{request_id}`: usage records ([`super::records`]);
+//! - `GET /admin/spend`: spend in time buckets ([`super::spend`]);
+//! - `GET /admin/catalog`: channels and prices from the configuration ([`super::catalog`]).
+//!
+//! The console's files carry no data and are served without the token (the page is the
+//! login form); everything it shows comes from the endpoints above, each behind the token.
+//! Every answer carries the console's security headers ([`super::console::SECURITY`]).
 
+use super::console::{self, Reply};
 use super::keys::{self, KeyInput};
+use super::{catalog, records, spend};
 use crate::errors::{ErrorShape, GatewayError};
 use crate::gateway::Gateway;
 use crate::ids;
@@ -21,12 +31,15 @@ pub struct AdminApp {
     token: String,
 }
 
+/// An admin answer: a status and a JSON body.
+pub type Answer = Result<(u16, Value), GatewayError>;
+
 impl AdminApp {
     pub fn new(gw: Arc<Gateway>, token: String) -> AdminApp {
         AdminApp { gw, token }
     }
 
-    async fn handle(&self, s: &mut ServerSession) -> Result<(u16, Value), GatewayError> {
+    fn authorized(&self, s: &ServerSession) -> bool {
         let presented = s
             .req_header()
             .headers
@@ -35,19 +48,44 @@ impl AdminApp {
             .and_then(|v| v.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, t)| t.trim().to_string());
-        if !presented.is_some_and(|t| constant_time_eq(t.as_bytes(), self.token.as_bytes())) {
+        presented.is_some_and(|t| constant_time_eq(t.as_bytes(), self.token.as_bytes()))
+    }
+
+    async fn handle(&self, s: &mut ServerSession, request_id: &str) -> Answer {
+        if !self.authorized(s) {
             return Err(GatewayError::AdminUnauthorized);
         }
         let method = s.req_header().method.clone();
         let path = s.req_header().uri.path().trim_end_matches('/').to_string();
+        let query = s.req_header().uri.query().map(str::to_string);
+        let query = query.as_deref();
+        let gw = self.gw.as_ref();
+        if let Some(rest) = path.strip_prefix("/admin/keys") {
+            return self.keys(s, method, rest).await;
+        }
+        match (method, path.as_str()) {
+            (Method::GET, "/admin/usage") => records::list(gw, query).await,
+            (Method::GET, "/admin/spend") => spend::get(gw, query).await,
+            (Method::GET, "/admin/catalog") => Ok((200, catalog::get(gw))),
+            (Method::GET, p) => match p.strip_prefix("/admin/usage/") {
+                Some(id) if !id.contains('/') => records::lookup(gw, id, request_id).await,
+                _ => Err(GatewayError::NotFound),
+            },
+            (_, "/admin/usage" | "/admin/spend" | "/admin/catalog") => {
+                Err(GatewayError::MethodNotAllowed)
+            }
+            _ => Err(GatewayError::NotFound),
+        }
+    }
+
+    async fn keys(&self, s: &mut ServerSession, method: Method, rest: &str) -> Answer {
         let store = self.gw.store.as_ref();
-        let id = match path.strip_prefix("/admin/keys") {
-            Some("") => None,
-            Some(rest) => match rest.strip_prefix('/') {
+        let id = match rest {
+            "" => None,
+            rest => match rest.strip_prefix('/') {
                 Some(id) if !id.is_empty() && !id.contains('/') => Some(id.to_string()),
                 _ => return Err(GatewayError::NotFound),
             },
-            None => return Err(GatewayError::NotFound),
         };
         match (method, id) {
             (Method::POST, None) => {
@@ -81,17 +119,17 @@ impl AdminApp {
 impl ServeHttp for AdminApp {
     async fn response(&self, s: &mut ServerSession) -> Response<Vec<u8>> {
         let request_id = ids::request_id();
-        let (status, body) = match self.handle(s).await {
-            Ok((status, v)) => (status, serde_json::to_vec(&v).unwrap_or_default()),
-            Err(e) => (e.status(), e.body(ErrorShape::Default, &request_id)),
+        let reply = match console::asset(s.req_header(), &request_id) {
+            Some(asset) => asset,
+            None => {
+                let (status, body) = match self.handle(s, &request_id).await {
+                    Ok((status, v)) => (status, serde_json::to_vec(&v).unwrap_or_default()),
+                    Err(e) => (e.status(), e.body(ErrorShape::Default, &request_id)),
+                };
+                Reply::json(status, body)
+            }
         };
-        Response::builder()
-            .status(status)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .header(http::header::CONTENT_LENGTH, body.len())
-            .header("x-request-id", request_id)
-            .body(body)
-            .unwrap_or_default()
+        reply.into_response(&request_id)
     }
 }
 

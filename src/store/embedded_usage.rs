@@ -52,11 +52,17 @@ fn select(f: &UsageFilter) -> (String, Vec<Sql>) {
     }
     if let Some(t) = f.from_ms {
         args.push(Sql::Integer(t));
-        conds.push(format!("json_extract(record, '$.time_ms') >= ?{}", args.len()));
+        conds.push(format!(
+            "json_extract(record, '$.time_ms') >= ?{}",
+            args.len()
+        ));
     }
     if let Some(t) = f.to_ms {
         args.push(Sql::Integer(t));
-        conds.push(format!("json_extract(record, '$.time_ms') < ?{}", args.len()));
+        conds.push(format!(
+            "json_extract(record, '$.time_ms') < ?{}",
+            args.len()
+        ));
     }
     let filter = if conds.is_empty() {
         String::new()
@@ -210,11 +216,14 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(q.find_usage(&f, 10).await.unwrap()[0].request_id, "r3");
-        assert_eq!(q.find_usage(&UsageFilter::default(), 1).await.unwrap().len(), 1);
         assert_eq!(
-            q.usage_by_request("r2").await.unwrap().unwrap().model,
-            "m2"
+            q.find_usage(&UsageFilter::default(), 1)
+                .await
+                .unwrap()
+                .len(),
+            1
         );
+        assert_eq!(q.usage_by_request("r2").await.unwrap().unwrap().model, "m2");
         assert!(q.usage_by_request("nope").await.unwrap().is_none());
         let sp = q
             .spend(&SpendQuery {

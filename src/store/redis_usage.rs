@@ -171,7 +171,7 @@ impl UsageQuery for RedisStore {
             .await?;
         }
         // Newest written first across keys: entry ids are Redis's clock.
-        found.sort_by(|a, b| b.0.cmp(&a.0));
+        found.sort_by_key(|(id, _)| std::cmp::Reverse(*id));
         Ok(found.into_iter().take(limit).map(|(_, r)| r).collect())
     }
 
@@ -190,7 +190,8 @@ impl UsageQuery for RedisStore {
         let start = start_for(q.filter.from_ms);
         let mut s = Spend::default();
         for key_id in self.key_ids(q.filter.key_id.as_deref()).await? {
-            self.walk_back(&key_id, &start, |_, r| s.feed(q, &r)).await?;
+            self.walk_back(&key_id, &start, |_, r| s.feed(q, &r))
+                .await?;
             if s.truncated {
                 break;
             }
@@ -208,10 +209,7 @@ mod tests {
         assert_eq!(parse_id("12-3"), Some((12, 3)));
         assert_eq!(parse_id("12"), None);
         assert_eq!(before((12, 3)).as_deref(), Some("12-2"));
-        assert_eq!(
-            before((12, 0)).as_deref(),
-            Some("11-18446744073709551615")
-        );
+        assert_eq!(before((12, 0)).as_deref(), Some("11-18446744073709551615"));
         assert_eq!(before((0, 0)), None);
         assert_eq!(after((12, 3)), "12-4");
         assert_eq!(after((12, u64::MAX)), "13-0");

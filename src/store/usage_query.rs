@@ -198,7 +198,13 @@ impl Scan<'_> {
     async fn records(&self, key_id: Option<&str>) -> StoreResult<Vec<UsageRecord>> {
         let ids = match key_id {
             Some(k) => vec![k.to_string()],
-            None => self.0.list_keys().await?.into_iter().map(|k| k.id).collect(),
+            None => self
+                .0
+                .list_keys()
+                .await?
+                .into_iter()
+                .map(|k| k.id)
+                .collect(),
         };
         let mut out = Vec::new();
         for id in ids {
@@ -335,7 +341,10 @@ mod tests {
         }
         assert_eq!(s.scanned, 4);
         let m1 = &s.buckets[&1_000]["m1"];
-        assert_eq!((m1.requests, m1.errors, m1.cost, m1.estimated), (2, 1, 200, 1));
+        assert_eq!(
+            (m1.requests, m1.errors, m1.cost, m1.estimated),
+            (2, 1, 200, 1)
+        );
         assert_eq!(m1.prompt_tokens, 20);
         assert_eq!(s.buckets[&2_000]["m2"].requests, 1);
         assert_eq!(s.buckets.len(), 2);

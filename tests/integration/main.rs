@@ -33,6 +33,7 @@ mod cap;
 mod cap_property;
 mod cap_streams;
 mod chat;
+mod console;
 mod edges;
 mod edges_http;
 mod lifecycle;
