@@ -20,10 +20,19 @@ export class ApiError extends Error {
   }
 }
 
-// Called when the token is refused, so the shell can go back to the sign-in form.
-let onRefused = () => {};
+// Called when the token is refused, so the shell can go back to the sign-in form. A
+// refusal that comes before the shell has registered (a page's first load can answer
+// before the shell's effects run) is kept and reported on registration.
+let refusedEarly = false;
+let onRefused = () => {
+  refusedEarly = true;
+};
 export const whenRefused = (f) => {
   onRefused = f;
+  if (refusedEarly) {
+    refusedEarly = false;
+    f();
+  }
 };
 
 async function call(method, path, body, token) {
