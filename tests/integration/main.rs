@@ -34,6 +34,7 @@ mod cap_property;
 mod cap_streams;
 mod chat;
 mod console;
+mod console_browser;
 mod edges;
 mod edges_http;
 mod lifecycle;
