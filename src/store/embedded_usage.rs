@@ -193,6 +193,24 @@ mod tests {
     async fn filters_lookup_and_spend_read_what_was_written() {
         let dir = tempfile::tempdir().unwrap();
         let s = EmbeddedStore::open(dir.path()).unwrap();
+        for id in ["k1", "k2"] {
+            s.create_key(&crate::store::KeyRecord {
+                id: id.into(),
+                hash: format!("hash-{id}"),
+                display: "sk-x…y".into(),
+                name: id.into(),
+                status: crate::store::KeyStatus::Enabled,
+                created_at: 0,
+                expires_at: None,
+                models: vec![],
+                allow_ips: vec![],
+                rpm: None,
+                quota_limit: None,
+                quota_used: 0,
+            })
+            .await
+            .unwrap();
+        }
         for r in [
             rec("r1", "k1", "m1", 1_000, 200),
             rec("r2", "k1", "m2", 2_000, 500),
@@ -238,5 +256,30 @@ mod tests {
         assert_eq!(sp.buckets[&2_000]["k1"].errors, 1);
         assert_eq!(sp.buckets[&2_000]["k2"].requests, 1);
         assert_eq!(sp.scanned, 3);
+
+        // The fallback for stores without their own queries (over the keys that exist)
+        // gives the same answers.
+        let scan = crate::store::usage_query::Scan(&s);
+        for f in [
+            UsageFilter::default(),
+            UsageFilter {
+                status: Some((500, 500)),
+                ..Default::default()
+            },
+            UsageFilter {
+                key_id: Some("k2".into()),
+                ..Default::default()
+            },
+        ] {
+            assert_eq!(
+                scan.find_usage(&f, 10).await.unwrap(),
+                q.find_usage(&f, 10).await.unwrap(),
+                "{f:?}"
+            );
+        }
+        assert_eq!(
+            scan.usage_by_request("r3").await.unwrap(),
+            q.usage_by_request("r3").await.unwrap()
+        );
     }
 }
