@@ -148,9 +148,9 @@ export function shown(f, record) {
 /** The fields that are limits with a usage: what the spend page shows as budgets. */
 export const BUDGETS = KEY_FIELDS.filter((f) => f.used);
 
-/** Which field an API error's `param` names (`allow_ips[1]` → `allow_ips`). */
-export function fieldOf(param) {
+/** Which of `fields` an API error's `param` names (`allow_ips[1]` → `allow_ips`). */
+export function fieldOf(param, fields = KEY_FIELDS) {
   if (!param) return null;
   const base = param.replace(/\[\d+\]$/, '');
-  return KEY_FIELDS.find((f) => f.name === base || base.startsWith(`${f.name}.`))?.name ?? null;
+  return fields.find((f) => f.name === base || base.startsWith(`${f.name}.`))?.name ?? null;
 }

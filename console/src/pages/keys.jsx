@@ -41,11 +41,15 @@ function matches(k, search, status) {
   return [k.name, k.id, k.key_display, ...(k.models || [])].some((v) => v && v.toLowerCase().includes(s));
 }
 
-/** The create and edit form, one control per field. */
-function KeyForm({ record, onSaved, onCancel }) {
+/**
+ * The create and edit form, one control per field of `fields`, for the records under
+ * `endpoint` (keys by default; groups of keys would pass their own fields, endpoint and
+ * noun).
+ */
+export function RecordForm({ record, onSaved, onCancel, fields = KEY_FIELDS, endpoint = '/admin/keys', noun = 'key' }) {
   const editing = !!record;
   const [text, setText] = useState(() =>
-    Object.fromEntries(KEY_FIELDS.map((f) => [f.name, TYPES[f.type].toInput(record ? getPath(record, f.name) : f.type === 'choice' ? f.choices[0] : null)])),
+    Object.fromEntries(fields.map((f) => [f.name, TYPES[f.type].toInput(record ? getPath(record, f.name) : f.type === 'choice' ? f.choices[0] : null)])),
   );
   const [errors, setErrors] = useState({});
   const [error, setError] = useState(null);
@@ -55,7 +59,7 @@ function KeyForm({ record, onSaved, onCancel }) {
     e.preventDefault();
     const body = {};
     const bad = {};
-    for (const f of KEY_FIELDS) {
+    for (const f of fields) {
       const r = TYPES[f.type].parse(text[f.name], f);
       if (r.error) {
         bad[f.name] = r.error;
@@ -74,11 +78,11 @@ function KeyForm({ record, onSaved, onCancel }) {
     setBusy(true);
     setError(null);
     try {
-      const saved = editing ? await api('PATCH', `/admin/keys/${encodeURIComponent(record.id)}`, body) : await api('POST', '/admin/keys', body);
+      const saved = editing ? await api('PATCH', `${endpoint}/${encodeURIComponent(record.id)}`, body) : await api('POST', endpoint, body);
       onSaved(saved);
     } catch (err) {
       setError(err);
-      const f = fieldOf(err.param);
+      const f = fieldOf(err.param, fields);
       if (f) setErrors({ [f]: err.message });
       setBusy(false);
     }
@@ -86,7 +90,7 @@ function KeyForm({ record, onSaved, onCancel }) {
 
   return (
     <form onSubmit={submit} class="form" novalidate>
-      {KEY_FIELDS.map((f) => {
+      {fields.map((f) => {
         const t = TYPES[f.type];
         const id = `field-${f.name.replace(/\./g, '-')}`;
         const set = (e) => setText({ ...text, [f.name]: e.currentTarget.value });
@@ -112,13 +116,13 @@ function KeyForm({ record, onSaved, onCancel }) {
           </div>
         );
       })}
-      <ErrorBox error={error} title={editing ? 'The key was not saved' : 'The key was not created'} />
+      <ErrorBox error={error} title={`The ${noun} was not ${editing ? 'saved' : 'created'}`} />
       <div class="actions">
         <button type="button" onClick={onCancel}>
           Cancel
         </button>
         <button type="submit" class="primary" disabled={busy}>
-          {busy ? 'Saving…' : editing ? 'Save' : 'Create key'}
+          {busy ? 'Saving…' : editing ? 'Save' : `Create ${noun}`}
         </button>
       </div>
     </form>
@@ -291,12 +295,12 @@ export function KeysPage() {
       )}
       {open && open.kind === 'create' && (
         <Dialog title="New key" onClose={close}>
-          <KeyForm onSaved={saved} onCancel={close} />
+          <RecordForm onSaved={saved} onCancel={close} />
         </Dialog>
       )}
       {open && open.kind === 'edit' && (
         <Dialog title={`Edit ${open.k.name || open.k.key_display}`} onClose={close}>
-          <KeyForm record={open.k} onSaved={saved} onCancel={close} />
+          <RecordForm record={open.k} onSaved={saved} onCancel={close} />
         </Dialog>
       )}
       {open && open.kind === 'created' && <CreatedKey created={open.k} onClose={close} />}
