@@ -74,7 +74,10 @@ fn proxy_service(
 fn admin_service(live: &Arc<Live>) -> Option<Listening<Edge<AdminApp>>> {
     let gw = live.current();
     let admin = gw.config.admin.clone()?;
-    let edge = Edge::new(AdminApp::new(live.clone()), EdgeLimits::from(&gw.config.limits));
+    let edge = Edge::new(
+        AdminApp::new(live.clone()),
+        EdgeLimits::from(&gw.config.limits),
+    );
     let mut svc = Listening::new("admin".into(), edge);
     svc.add_tcp(&admin.listen.to_string());
     Some(svc)

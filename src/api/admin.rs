@@ -1,12 +1,22 @@
-//! The admin API, on its own listener (Pingora's `ServeHttp` app):
-//! `POST/GET /admin/keys`, `GET/PATCH/DELETE /admin/keys/{id}`, `GET /admin/channels`,
-//! `POST /admin/reload`, with `Authorization: Bearer <admin token>`; and without it the
-//! operator's `/metrics`, `/healthz` and `/readyz` ([`super::ops`]).
+//! The admin listener (Pingora's `ServeHttp` app): the admin API under `/admin/`, with
+//! `Authorization: Bearer <admin token>`; without it the operator's `/metrics`,
+//! `/healthz` and `/readyz` ([`super::ops`]) and the console's page at `/console`.
+//!
+//! - `POST/GET /admin/keys`, `GET/PATCH/DELETE /admin/keys/{id}`: keys ([`super::keys`]);
+//! - `GET /admin/usage`, `GET /admin/usage/{request_id}`: usage records ([`super::records`]);
+//! - `GET /admin/spend`: spend in time buckets ([`super::spend`]);
+//! - `GET /admin/catalog`: channels and prices from the configuration ([`super::catalog`]);
+//! - `GET /admin/channels`: each channel's health; `POST /admin/reload` ([`super::ops`]).
+//!
+//! The console's files carry no data and are served without the token (the page is the
+//! login form); everything it shows comes from the endpoints above, each behind the token.
+//! Every answer carries the console's security headers ([`super::console::SECURITY`]).
 
+use super::console::{self, Reply};
 use super::keys::{self, KeyInput};
-use super::ops::{self, Reply};
+use super::{catalog, ops, records, spend};
 use crate::errors::{ErrorShape, GatewayError};
-use crate::gateway::Live;
+use crate::gateway::{Gateway, Live};
 use crate::ids;
 use async_trait::async_trait;
 use bytes::BytesMut;
@@ -22,14 +32,16 @@ pub struct AdminApp {
     live: Arc<Live>,
 }
 
+/// An admin answer: a status and a JSON body.
+pub type Answer = Result<(u16, Value), GatewayError>;
+
 impl AdminApp {
     pub fn new(live: Arc<Live>) -> AdminApp {
         AdminApp { live }
     }
 
-    async fn handle(&self, s: &mut ServerSession) -> Result<(u16, Value), GatewayError> {
-        let gw = self.live.current();
-        // The token of the running configuration: a reload can rotate it.
+    /// The bearer token matches the running configuration's (a reload can rotate it).
+    fn authorized(gw: &Gateway, s: &ServerSession) -> bool {
         let token = gw.config.admin.as_ref().map_or("", |a| a.token.as_str());
         let presented = s
             .req_header()
@@ -39,53 +51,76 @@ impl AdminApp {
             .and_then(|v| v.split_once(' '))
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, t)| t.trim().to_string());
-        if token.is_empty()
-            || !presented.is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()))
-        {
+        !token.is_empty()
+            && presented.is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()))
+    }
+
+    async fn handle(&self, s: &mut ServerSession, request_id: &str) -> Answer {
+        let gw = self.live.current();
+        if !Self::authorized(&gw, s) {
             return Err(GatewayError::AdminUnauthorized);
         }
         let method = s.req_header().method.clone();
         let path = s.req_header().uri.path().trim_end_matches('/').to_string();
-        match (path.as_str(), &method) {
-            ("/admin/channels", &Method::GET) => return Ok((200, ops::channels(&self.live))),
-            ("/admin/reload", &Method::POST) => return Ok((200, ops::reload(&self.live)?)),
-            ("/admin/channels" | "/admin/reload", _) => return Err(GatewayError::MethodNotAllowed),
-            _ => {}
+        let query = s.req_header().uri.query().map(str::to_string);
+        let query = query.as_deref();
+        if let Some(rest) = path.strip_prefix("/admin/keys") {
+            return keys_endpoint(&gw, s, method, rest).await;
         }
-        let store = gw.store.as_ref();
-        let id = match path.strip_prefix("/admin/keys") {
-            Some("") => None,
-            Some(rest) => match rest.strip_prefix('/') {
-                Some(id) if !id.is_empty() && !id.contains('/') => Some(id.to_string()),
-                _ => return Err(GatewayError::NotFound),
+        let gw = gw.as_ref();
+        match (method, path.as_str()) {
+            (Method::GET, "/admin/channels") => Ok((200, ops::channels(&self.live))),
+            (Method::POST, "/admin/reload") => Ok((200, ops::reload(&self.live)?)),
+            (Method::GET, "/admin/usage") => records::list(gw, query).await,
+            (Method::GET, "/admin/spend") => spend::get(gw, query).await,
+            (Method::GET, "/admin/catalog") => Ok((200, catalog::get(gw))),
+            (Method::GET, p) => match p.strip_prefix("/admin/usage/") {
+                Some(id) if !id.contains('/') => records::lookup(gw, id, request_id).await,
+                _ => Err(GatewayError::NotFound),
             },
-            None => return Err(GatewayError::NotFound),
-        };
-        match (method, id) {
-            (Method::POST, None) => {
-                let input = KeyInput::from_json(&read_body(s).await?)?;
-                let (rec, view) = keys::create(store, &input).await?;
-                gw.keys.put(rec);
-                Ok((201, view))
-            }
-            (Method::GET, None) => Ok((200, keys::list(store).await?)),
-            (Method::GET, Some(id)) => Ok((200, keys::view(&keys::show(store, &id).await?))),
-            (Method::PATCH, Some(id)) => {
-                let input = KeyInput::from_json(&read_body(s).await?)?;
-                let rec = keys::update(store, &id, &input).await?;
-                gw.keys.put(rec.clone());
-                Ok((200, keys::view(&rec)))
-            }
-            (Method::DELETE, Some(id)) => {
-                keys::revoke(store, &id).await?;
-                gw.keys.invalidate(&id);
-                Ok((
-                    200,
-                    serde_json::json!({"id": id, "object": "api_key", "deleted": true}),
-                ))
-            }
-            _ => Err(GatewayError::MethodNotAllowed),
+            (
+                _,
+                "/admin/usage" | "/admin/spend" | "/admin/catalog" | "/admin/channels"
+                | "/admin/reload",
+            ) => Err(GatewayError::MethodNotAllowed),
+            _ => Err(GatewayError::NotFound),
         }
+    }
+}
+
+async fn keys_endpoint(gw: &Gateway, s: &mut ServerSession, method: Method, rest: &str) -> Answer {
+    let store = gw.store.as_ref();
+    let id = match rest {
+        "" => None,
+        rest => match rest.strip_prefix('/') {
+            Some(id) if !id.is_empty() && !id.contains('/') => Some(id.to_string()),
+            _ => return Err(GatewayError::NotFound),
+        },
+    };
+    match (method, id) {
+        (Method::POST, None) => {
+            let input = KeyInput::from_json(&read_body(s).await?)?;
+            let (rec, view) = keys::create(store, &input).await?;
+            gw.keys.put(rec);
+            Ok((201, view))
+        }
+        (Method::GET, None) => Ok((200, keys::list(store).await?)),
+        (Method::GET, Some(id)) => Ok((200, keys::view(&keys::show(store, &id).await?))),
+        (Method::PATCH, Some(id)) => {
+            let input = KeyInput::from_json(&read_body(s).await?)?;
+            let rec = keys::update(store, &id, &input).await?;
+            gw.keys.put(rec.clone());
+            Ok((200, keys::view(&rec)))
+        }
+        (Method::DELETE, Some(id)) => {
+            keys::revoke(store, &id).await?;
+            gw.keys.invalidate(&id);
+            Ok((
+                200,
+                serde_json::json!({"id": id, "object": "api_key", "deleted": true}),
+            ))
+        }
+        _ => Err(GatewayError::MethodNotAllowed),
     }
 }
 
@@ -97,25 +132,18 @@ impl ServeHttp for AdminApp {
             s.req_header().method.clone(),
             s.req_header().uri.path().to_string(),
         );
-        let reply = match ops::open_endpoint(&self.live, &method, &path).await {
-            Some(r) => r,
-            None => match self.handle(s).await {
-                Ok((status, v)) => Reply::json(status, &v),
-                Err(e) => Reply {
-                    status: e.status(),
-                    content_type: "application/json",
-                    body: e.body(ErrorShape::Default, &request_id),
-                },
-            },
+        let reply = if let Some(asset) = console::asset(s.req_header(), &request_id) {
+            asset
+        } else if let Some(open) = ops::open_endpoint(&self.live, &method, &path).await {
+            Reply::plain(open.status, open.content_type, open.body)
+        } else {
+            let (status, body) = match self.handle(s, &request_id).await {
+                Ok((status, v)) => (status, serde_json::to_vec(&v).unwrap_or_default()),
+                Err(e) => (e.status(), e.body(ErrorShape::Default, &request_id)),
+            };
+            Reply::json(status, body)
         };
-        let (status, body) = (reply.status, reply.body);
-        Response::builder()
-            .status(status)
-            .header(http::header::CONTENT_TYPE, reply.content_type)
-            .header(http::header::CONTENT_LENGTH, body.len())
-            .header("x-request-id", request_id)
-            .body(body)
-            .unwrap_or_default()
+        reply.into_response(&request_id)
     }
 }
 

@@ -1,8 +1,14 @@
-//! Endpoints the gateway answers itself, and the admin API.
+//! Endpoints the gateway answers itself, and the admin listener: the admin API and the
+//! console.
 
 pub mod admin;
+pub mod catalog;
+pub mod console;
 pub mod keys;
 pub mod local;
 pub mod ops;
+pub mod params;
+pub mod records;
+pub mod spend;
 
 pub use crate::errors::store_error;

@@ -41,6 +41,8 @@ const PRUNE_EVERY: u64 = 100;
 
 #[path = "embedded_tasks.rs"]
 mod tasks;
+#[path = "embedded_usage.rs"]
+mod usage;
 
 type Finish = Box<dyn FnOnce(Option<StoreError>) + Send>;
 type Job = Box<dyn FnOnce(&Connection) -> Finish + Send>;
@@ -751,6 +753,10 @@ impl Store for EmbeddedStore {
 
     async fn ping(&self) -> StoreResult<()> {
         self.call(|_| Ok(())).await
+    }
+
+    fn usage_query(&self) -> Option<&dyn super::usage_query::UsageQuery> {
+        Some(self)
     }
 }
 

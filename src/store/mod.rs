@@ -13,6 +13,7 @@
 pub mod embedded;
 pub mod redis;
 pub mod tasks;
+pub mod usage_query;
 
 pub use tasks::{TaskError, TaskRecord, TaskRef, TaskResult, TaskStatus, TaskStore};
 
@@ -269,6 +270,12 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
 
     /// Cheap health probe (a PING, or nothing for the embedded store).
     async fn ping(&self) -> StoreResult<()>;
+
+    /// The backend's own usage queries (filters, lookup by request id, spend buckets), if
+    /// it has them; [`usage_query::Reader`] falls back to a scan over the methods above.
+    fn usage_query(&self) -> Option<&dyn usage_query::UsageQuery> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -59,6 +59,8 @@ end
 
 #[path = "redis_tasks.rs"]
 mod tasks;
+#[path = "redis_usage.rs"]
+mod usage;
 
 // The scripts spell the tombstones' retention out; they must say what the trait says.
 const _: () = assert!(SETTLED_KEEP_SECS == 86_400);
@@ -581,5 +583,9 @@ impl Store for RedisStore {
 
     async fn ping(&self) -> StoreResult<()> {
         self.query::<String>(&redis::cmd("PING")).await.map(|_| ())
+    }
+
+    fn usage_query(&self) -> Option<&dyn super::usage_query::UsageQuery> {
+        Some(self)
     }
 }

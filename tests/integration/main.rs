@@ -37,6 +37,8 @@ mod cap;
 mod cap_property;
 mod cap_streams;
 mod chat;
+mod console;
+mod console_browser;
 mod deploy;
 mod edges;
 mod edges_http;
