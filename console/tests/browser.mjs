@@ -217,8 +217,9 @@ try {
   assert.match(await ch.innerText(), /m1/);
   await page.locator('tr[data-model=m1]').waitFor();
   const headers = await page.locator('table[aria-label=Channels] th').allInnerTexts();
-  // This gateway has no channel health endpoint: no health column.
-  assert.ok(!headers.some((h) => /health/i.test(h)), headers.join(','));
+  // The gateway reports channel health: a health column with each channel's circuit state.
+  assert.ok(headers.some((h) => /health/i.test(h)), headers.join(','));
+  assert.match(await ch.innerText(), /closed/);
   await shot('channels');
 
   log('a phone, in dark mode');
