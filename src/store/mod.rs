@@ -11,6 +11,7 @@
 //! state only through these types.
 
 pub mod embedded;
+mod recent;
 pub mod redis;
 pub mod tasks;
 

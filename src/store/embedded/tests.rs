@@ -1,4 +1,6 @@
 use super::*;
+use crate::store::{KeyStatus, SETTLED_KEEP_SECS};
+use std::time::Duration;
 
 fn key(id: &str, quota: Micros) -> KeyRecord {
     KeyRecord {
@@ -151,4 +153,124 @@ async fn extend_pushes_a_live_hold_and_revives_none() {
         probe.amount, 1_000,
         "extended holds expire too once no one extends them"
     );
+}
+
+#[tokio::test]
+async fn key_lookups_and_reserves_never_reach_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_key(&key("k", 1_000)).await.unwrap();
+    let (jobs, _) = s.writer_counts();
+    for n in 0..50 {
+        assert_eq!(s.get_key(&format!("unknown-{n}")).await.unwrap(), None);
+    }
+    assert!(s.get_key("k").await.unwrap().is_some());
+    assert_eq!(
+        s.writer_counts().0,
+        jobs,
+        "lookups ran on the read connections"
+    );
+    // The first reserve of a key loads its account on the writer, once; the others and
+    // their extends are decided in memory.
+    let first = s.reserve("k", "req-0", 0, 10, 60).await.unwrap().unwrap();
+    let loaded = s.writer_counts().0;
+    assert_eq!(loaded, jobs + 1);
+    for n in 1..20 {
+        let r = s
+            .reserve("k", &format!("req-{n}"), 0, 10, 60)
+            .await
+            .unwrap()
+            .unwrap();
+        s.extend(&r, 120).await.unwrap();
+    }
+    assert_eq!(s.writer_counts().0, loaded);
+    // Settling is a write: committed before it answers.
+    s.settle(&first, 7).await.unwrap();
+    assert_eq!(s.writer_counts().0, loaded + 1);
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_settles_share_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    s.create_key(&key("k", 1_000_000)).await.unwrap();
+    let mut held = Vec::new();
+    for n in 0..64 {
+        held.push(
+            s.reserve("k", &format!("req-{n}"), 0, 10, 60)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    let (jobs, commits) = s.writer_counts();
+    let tasks: Vec<_> = held
+        .into_iter()
+        .map(|r| {
+            let s = s.clone();
+            tokio::spawn(async move { s.settle(&r, 3).await.unwrap() })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let (jobs2, commits2) = s.writer_counts();
+    assert_eq!(jobs2 - jobs, 64);
+    assert!(
+        commits2 - commits < 64,
+        "{} commits for 64 settles",
+        commits2 - commits
+    );
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 192);
+}
+
+/// Another process (the CLI) disables a key and lowers its cap: the accounts the server
+/// holds in memory follow within the writer's idle check.
+#[tokio::test]
+async fn another_process_s_changes_reach_the_reserves() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_key(&key("k", 1_000)).await.unwrap();
+    let r = s.reserve("k", "req-1", 0, 100, 60).await.unwrap().unwrap();
+    s.settle(&r, 100).await.unwrap();
+    let other = Connection::open(dir.path().join("gateway.db")).unwrap();
+    other
+        .execute("UPDATE keys SET quota_limit = 300 WHERE id = 'k'", [])
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let probe = s
+            .reserve("k", &crate::ids::request_id(), 0, 1_000, 60)
+            .await
+            .unwrap()
+            .unwrap();
+        s.settle(&probe, 0).await.unwrap();
+        if probe.amount == 200 {
+            break;
+        }
+        assert_eq!(probe.amount, 900, "either the old cap or the new one");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new cap never applied"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    other
+        .execute("UPDATE keys SET status = 'disabled' WHERE id = 'k'", [])
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while s
+        .reserve("k", &crate::ids::request_id(), 0, 1, 60)
+        .await
+        .unwrap()
+        != Err(ReserveDenied::Disabled)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the key was never disabled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 100);
 }
