@@ -290,18 +290,28 @@ fn main() {
         if !only.scenario("closed") {
             break;
         }
+        let cpu0 = sys::thread_cpu();
         let c = client.block_on(scenarios::closed_loop(
             t.addr,
             r.chat.clone(),
             plan.closed_conns,
             plan.closed,
         ));
+        let cpu1 = sys::thread_cpu();
+        let per = |g: &str| {
+            (cpu1.get(g).unwrap_or(&0.0) - cpu0.get(g).unwrap_or(&0.0)) * 1e6
+                / c.requests.max(1) as f64
+        };
         println!(
-            "closed loop   {:<28} {:>8.0} req/s  p99 {:>6.0} µs  errors {}",
+            "closed loop   {:<28} {:>8.0} req/s  p99 {:>6.0} µs  errors {}  CPU µs/request: proxy {:.1} store {:.1} client {:.1} upstream {:.1}",
             t.name,
             c.rate(),
             scenarios::us(&c.latency, 0.99),
-            c.errors
+            c.errors,
+            per("servers"),
+            per("store"),
+            per("client"),
+            per("upstream"),
         );
         res.closed = Some(c);
     }

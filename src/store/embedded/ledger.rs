@@ -20,6 +20,7 @@ use crate::store::recent::RecentIds;
 use crate::store::{KeyStatus, Micros, Reservation, ReserveDenied};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Reservations that must survive a restart: those of video tasks.
@@ -50,13 +51,14 @@ struct Account {
 }
 
 impl Account {
-    /// Releases the holds that expired by `now`.
-    fn purge(&mut self, now: i64) {
+    /// Releases the holds that expired by `now`; returns how many.
+    fn purge(&mut self, now: i64) -> usize {
         let before = self.holds.len();
         self.holds.retain(|_, h| h.expires > now);
         if self.holds.len() != before {
             self.held = self.holds.values().map(|h| h.amount).sum();
         }
+        before - self.holds.len()
     }
 
     fn remove(&mut self, rid: &str) -> Option<Hold> {
@@ -86,6 +88,8 @@ pub enum Decision {
 pub struct Ledger {
     books: Mutex<Books>,
     clock: Arc<Clock>,
+    /// Holds in memory over every key: the requests whose settle is still to come.
+    live: AtomicUsize,
 }
 
 impl Ledger {
@@ -93,6 +97,18 @@ impl Ledger {
         Ledger {
             books: Mutex::new(Books::default()),
             clock,
+            live: AtomicUsize::new(0),
+        }
+    }
+
+    /// Requests holding money now: at most this many settles can still arrive soon.
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::Relaxed)
+    }
+
+    fn gone(&self, n: usize) {
+        if n > 0 {
+            self.live.fetch_sub(n, Ordering::Relaxed);
         }
     }
 
@@ -120,7 +136,8 @@ impl Ledger {
         let Some(a) = b.accounts.get_mut(key_id) else {
             return Decision::NotLoaded;
         };
-        a.purge(now);
+        let expired = a.purge(now);
+        self.gone(expired);
         if let Some(h) = a.holds.get(rid) {
             let r = Reservation {
                 id: rid.to_string(),
@@ -149,6 +166,7 @@ impl Ledger {
         let expires = now.saturating_add(ttl_secs.min(i64::MAX as u64) as i64);
         a.holds.insert(rid.to_string(), Hold { amount, expires });
         a.held += amount;
+        self.live.fetch_add(1, Ordering::Relaxed);
         let r = Reservation {
             id: rid.to_string(),
             key_id: key_id.to_string(),
@@ -160,7 +178,9 @@ impl Ledger {
     /// Undoes a hold whose write failed (a task reservation not committed).
     pub fn unhold(&self, key_id: &str, rid: &str) {
         if let Some(a) = self.books.lock().accounts.get_mut(key_id) {
-            a.remove(rid);
+            if a.remove(rid).is_some() {
+                self.gone(1);
+            }
         }
     }
 
@@ -184,7 +204,9 @@ impl Ledger {
         let mut b = self.books.lock();
         b.settled.insert(key_id, rid);
         if let Some(a) = b.accounts.get_mut(key_id) {
-            a.remove(rid);
+            if a.remove(rid).is_some() {
+                self.gone(1);
+            }
             if first {
                 a.figures.used += actual.max(0);
             }
@@ -207,6 +229,7 @@ impl Ledger {
             .map(|(id, amount, expires)| (id, Hold { amount, expires }))
             .collect();
         let held = holds.values().map(|h| h.amount).sum();
+        self.live.fetch_add(holds.len(), Ordering::Relaxed);
         b.accounts.insert(
             key_id.to_string(),
             Account {
@@ -234,7 +257,9 @@ impl Ledger {
                 }
             }
             None => {
-                b.accounts.remove(key_id);
+                if let Some(a) = b.accounts.remove(key_id) {
+                    self.gone(a.holds.len());
+                }
             }
         }
     }
@@ -256,6 +281,8 @@ impl Ledger {
 
     /// Forgets a key (deleted, or created anew: read again on its next reserve).
     pub fn forget(&self, key_id: &str) {
-        self.books.lock().accounts.remove(key_id);
+        if let Some(a) = self.books.lock().accounts.remove(key_id) {
+            self.gone(a.holds.len());
+        }
     }
 }

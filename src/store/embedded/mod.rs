@@ -203,18 +203,48 @@ impl EmbeddedStore {
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
         after: impl FnOnce(bool, &T) + Send + 'static,
     ) -> StoreResult<T> {
+        self.submit(early, false, f, after).await
+    }
+
+    /// As [`EmbeddedStore::write`], for the writes of every request (settles, usage
+    /// records): without a savepoint of their own, which would copy every page they touch
+    /// (a third of their cost). They fail only as SQLite itself fails (disk full, I/O),
+    /// and then the whole group is undone and every caller told, so nothing half-done is
+    /// ever committed; callers retry.
+    async fn write_plain<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        after: impl FnOnce(bool, &T) + Send + 'static,
+    ) -> StoreResult<T> {
+        self.submit(false, true, f, after).await
+    }
+
+    async fn submit<T: Send + 'static>(
+        &self,
+        early: bool,
+        plain: bool,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        after: impl FnOnce(bool, &T) + Send + 'static,
+    ) -> StoreResult<T> {
         let (tx, rx) = oneshot::channel();
-        let run = Box::new(move |conn: &Connection| -> Finish {
-            let r = in_savepoint(conn, f);
-            Box::new(move |commit_err: Option<StoreError>| {
+        let run = Box::new(move |conn: &Connection| -> (Finish, bool) {
+            let r = if plain {
+                f(conn)
+            } else {
+                in_savepoint(conn, f)
+            };
+            let failed = plain && r.is_err();
+            let finish: Finish = Box::new(move |commit_err: Option<StoreError>| {
                 if let Ok(v) = &r {
                     after(commit_err.is_none(), v);
                 }
-                let _ = tx.send(match commit_err {
-                    None => r,
-                    Some(e) => Err(e),
+                let _ = tx.send(match (r, commit_err) {
+                    (Err(e), _) => Err(e),
+                    (Ok(_), Some(e)) => Err(e),
+                    (Ok(v), None) => Ok(v),
                 });
-            })
+            });
+            (finish, failed)
         });
         self.jobs
             .send(Job { early, run })
@@ -310,8 +340,7 @@ impl EmbeddedStore {
         let (key_id, rid) = (r.key_id.clone(), r.id.clone());
         let (prune, ledger) = (self.settle_prune_due(), self.ledger.clone());
         let now = self.clock.now();
-        self.write(
-            false,
+        self.write_plain(
             move |c| {
                 let first = sql::settle_in(c, now, prune, &key_id, &rid, actual)?;
                 if let (true, Some((k, text, prune))) = (first, usage) {
@@ -513,7 +542,7 @@ impl Store for EmbeddedStore {
         let text = serde_json::to_string(rec).map_err(internal)?;
         let key_id = rec.key_id.clone();
         let prune = self.prune_due();
-        self.call(move |c| sql::usage_in(c, &key_id, &text, prune))
+        self.write_plain(move |c| sql::usage_in(c, &key_id, &text, prune), |_, _| {})
             .await
     }
 

@@ -274,3 +274,45 @@ async fn another_process_s_changes_reach_the_reserves() {
     }
     assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 100);
 }
+
+/// A request's write that fails undoes its whole group: nothing half-done is committed.
+#[tokio::test]
+async fn a_failed_plain_write_undoes_its_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let failed = s
+        .write_plain(
+            |c| {
+                exec(
+                    c,
+                    "INSERT INTO usage (key_id, record) VALUES ('k', '{}')",
+                    [],
+                )
+                .map_err(internal)?;
+                Err::<(), _>(StoreError::Internal("disk full".into()))
+            },
+            |_, _| {},
+        )
+        .await;
+    assert_eq!(failed, Err(StoreError::Internal("disk full".into())));
+    s.append_usage(&UsageRecord {
+        request_id: "r".into(),
+        time_ms: 1,
+        key_id: "k".into(),
+        endpoint: "/v1/chat/completions".into(),
+        model: "m".into(),
+        channel: "c".into(),
+        prompt_tokens: 1,
+        completion_tokens: 1,
+        cached_tokens: 0,
+        cost: 1,
+        estimated: false,
+        overrun: 0,
+        status: 200,
+        latency_ms: 1,
+        stream: false,
+    })
+    .await
+    .unwrap();
+    assert_eq!(s.recent_usage("k", 10).await.unwrap().len(), 1);
+}

@@ -22,12 +22,13 @@ use std::time::{Duration, Instant};
 
 /// Run after the commit: with the commit's error, or `None` once it is durable.
 pub type Finish = Box<dyn FnOnce(Option<StoreError>) + Send>;
-/// Runs on the writer inside the group's transaction; returns what to do after it.
+/// Runs on the writer inside the group's transaction; returns what to do after it, and
+/// whether it failed in a way only undoing the whole group can repair.
 pub struct Job {
     /// Runs before the group's other jobs, so it reads only committed state (loading an
     /// account must not see a settle of the same group that may still fail to commit).
     pub early: bool,
-    pub run: Box<dyn FnOnce(&Connection) -> Finish + Send>,
+    pub run: Box<dyn FnOnce(&Connection) -> (Finish, bool) + Send>,
 }
 
 /// Jobs one commit may carry.
@@ -38,26 +39,31 @@ const WINDOW: Duration = Duration::from_millis(2);
 /// than one job is expected within this time. At 1,000 settles a second (one per
 /// millisecond) nothing waits; at 10,000 a commit carries a handful, and its fixed cost
 /// (the lock, the log header, the page writes) is paid once for all of them.
-const GATHER: Duration = Duration::from_micros(400);
+const GATHER: Duration = Duration::from_micros(1000);
 /// How often an idle writer looks for another process's changes.
 const IDLE_CHECK: Duration = Duration::from_millis(250);
+
+/// How long a measure of the arrival rate lasts.
+const RATE_WINDOW: Duration = Duration::from_millis(50);
 
 /// The rate jobs arrive at, and how many to gather for the next commit.
 #[derive(Default)]
 pub struct Pace {
-    /// Jobs per second, smoothed.
+    /// Jobs per second over the last complete window.
     rate: f64,
-    last: Option<Instant>,
+    window: Option<(Instant, usize)>,
 }
 
 impl Pace {
     /// Records a group of `n` jobs whose gathering started at `at`.
     pub fn observe(&mut self, n: usize, at: Instant) {
-        if let Some(prev) = self.last {
-            let dt = at.duration_since(prev).as_secs_f64().max(1e-6);
-            self.rate = 0.7 * self.rate + 0.3 * (n as f64 / dt);
+        let (start, count) = self.window.get_or_insert((at, 0));
+        *count += n;
+        let span = at.duration_since(*start);
+        if span >= RATE_WINDOW {
+            self.rate = *count as f64 / span.as_secs_f64();
+            self.window = Some((at, 0));
         }
-        self.last = Some(at);
     }
 
     /// Jobs to wait for before committing: those expected within [`GATHER`].
@@ -136,7 +142,9 @@ pub fn run(conn: Connection, rx: Receiver<Job>, ledger: Arc<Ledger>, counts: Arc
         let started = Instant::now();
         let mut batch = vec![first];
         drain(&rx, &mut batch);
-        let want = pace.want();
+        // No more settles can come than requests hold money: one request at a time
+        // never waits, whatever the rate.
+        let want = pace.want().min(ledger.live().max(1));
         let deadline = started + WINDOW;
         while batch.len() < want {
             let now = Instant::now();
@@ -155,8 +163,22 @@ pub fn run(conn: Connection, rx: Receiver<Job>, ledger: Arc<Ledger>, counts: Arc
         }
         watch.refresh(&conn, &ledger);
         batch.sort_by_key(|j| !j.early);
-        let finishes: Vec<Finish> = batch.into_iter().map(|job| (job.run)(&conn)).collect();
-        let err = exec(&conn, "COMMIT", []).map_err(internal).err();
+        let mut poisoned = false;
+        let finishes: Vec<Finish> = batch
+            .into_iter()
+            .map(|job| {
+                let (finish, failed) = (job.run)(&conn);
+                poisoned |= failed;
+                finish
+            })
+            .collect();
+        let err = if poisoned {
+            Some(StoreError::Internal(
+                "a write of the group failed; the group was undone".into(),
+            ))
+        } else {
+            exec(&conn, "COMMIT", []).map_err(internal).err()
+        };
         counts
             .jobs
             .fetch_add(finishes.len() as u64, Ordering::Relaxed);
@@ -191,15 +213,18 @@ mod tests {
         let t0 = Instant::now();
         let mut p = Pace::default();
         // 1,000 jobs a second, one at a time: nothing waits.
-        for i in 1..50 {
+        for i in 1..200 {
             p.observe(1, t0 + Duration::from_millis(i));
         }
         assert_eq!(p.want(), 1);
-        // 20,000 a second: a commit gathers several.
+        // 20,000 a second: a commit gathers those of a millisecond.
         let t1 = t0 + Duration::from_secs(1);
-        for i in 1..50 {
+        for i in 1..300 {
             p.observe(8, t1 + Duration::from_micros(400 * i));
         }
-        assert!((6..=10).contains(&p.want()), "{}", p.want());
+        assert!((15..=25).contains(&p.want()), "{}", p.want());
+        // Quiet again: the next window brings the rate down.
+        p.observe(1, t1 + Duration::from_secs(1));
+        assert_eq!(p.want(), 1);
     }
 }
