@@ -56,7 +56,8 @@ fn admin_service(gw: Arc<Gateway>) -> Option<Listening<AdminApp>> {
     Some(svc)
 }
 
-/// Runs the gateway until a signal stops it. Never returns.
+/// Runs the gateway until a signal stops it, then hands back what the store holds for
+/// this instance (Redis quota leases). Never returns.
 pub fn serve(config: Config) -> Result<(), String> {
     // The store's connections live on a runtime of their own, alive for the whole
     // process; Pingora's service runtimes call into it.
@@ -74,15 +75,20 @@ pub fn serve(config: Config) -> Result<(), String> {
     server.bootstrap();
     let gw = Arc::new(Gateway::new(Arc::new(config), store));
     tracing::info!(listen = %gw.config.listen, channels = gw.config.channels.len(), "model-gateway starting");
+    let store = gw.store.clone();
     server.add_service(proxy_service(gw.clone(), &server.configuration));
     server.add_service(background_service("video tasks", Poller::new(gw.clone())));
     server.add_service(background_service("graceful stop", Stopper(gw.clone())));
     if let Some(admin) = admin_service(gw) {
         server.add_service(admin);
     }
-    // Keep the store runtime alive for as long as the server runs.
-    let _keep = store_rt;
-    server.run_forever()
+    // The store runtime lives as long as the server: its connections serve every request.
+    server.run(pingora::server::RunArgs::default());
+    // Every request has settled by now (the grace period and the cut are over).
+    if let Err(e) = store_rt.block_on(store.close()) {
+        tracing::warn!(error = %e, "the store did not hand everything back");
+    }
+    std::process::exit(0)
 }
 
 /// Cuts the answers still running once a graceful stop's grace period is over.

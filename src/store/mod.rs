@@ -270,6 +270,14 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
 
     /// Cheap health probe (a PING, or nothing for the embedded store).
     async fn ping(&self) -> StoreResult<()>;
+
+    /// Hands back what this instance holds for later (Redis: its quota leases, and the
+    /// charges it has settled but not yet sent), at the end of a graceful stop, once the
+    /// requests in flight have settled. The store still works afterwards, without
+    /// holding anything ahead.
+    async fn close(&self) -> StoreResult<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

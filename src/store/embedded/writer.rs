@@ -22,13 +22,15 @@ use std::time::{Duration, Instant};
 
 /// Run after the commit: with the commit's error, or `None` once it is durable.
 pub type Finish = Box<dyn FnOnce(Option<StoreError>) + Send>;
-/// Runs on the writer inside the group's transaction; returns what to do after it, and
+/// A job's body: runs inside the group's transaction; returns what to do after it, and
 /// whether it failed in a way only undoing the whole group can repair.
+pub type Run = Box<dyn FnOnce(&Connection) -> (Finish, bool) + Send>;
+
 pub struct Job {
     /// Runs before the group's other jobs, so it reads only committed state (loading an
     /// account must not see a settle of the same group that may still fail to commit).
     pub early: bool,
-    pub run: Box<dyn FnOnce(&Connection) -> (Finish, bool) + Send>,
+    pub run: Run,
 }
 
 /// Jobs one commit may carry.
