@@ -99,6 +99,8 @@ pub struct Plan {
     pub batch: Option<Batch>,
     pub target: Micros,
     pub floor: Micros,
+    /// What requests hold (and settled charges not in the batch) when it is sent.
+    pub held: Micros,
 }
 
 /// What it answers.
@@ -402,6 +404,7 @@ impl KeyLease {
             batch: self.batch.clone(),
             target,
             floor: (self.cap - charge).max(0),
+            held: after,
         }
     }
 

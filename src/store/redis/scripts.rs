@@ -164,7 +164,7 @@ if n == 0 then redis.call('EXPIRE', KEYS[1], 120) end
 return g";
 
 // gw_lease_v1: KEYS key, rsv, rsva, seqs, log; ARGV lease, seq, charge, records, target,
-// floor, ttl, log cap. One instance's lease on the key's quota, and what it settled since
+// floor, ttl, log cap, held. One instance's lease on the key's quota, and what it settled since
 // its last call, in one step:
 // 1. the batch numbered `seq` (0: none), once per lease: `charge` moves from the lease to
 //    `quota_used` (all of it is charged even if the lease is gone: the money was spent),
@@ -174,7 +174,8 @@ return g";
 //    else holds (nothing while another instance wants it, see gw_reserve_v3) and never
 //    below `floor`, the most the instance may have handed out of it meanwhile (unless
 //    the money is gone); it expires `ttl` seconds on, unless this is called again. What
-//    it holds beyond the floor is its slack, summed over leases in `lease_slack`.
+//    it holds beyond what the instance's requests hold (`held`) is its slack, summed
+//    over leases in `lease_slack`: money a request elsewhere can have by asking.
 // Returns {status ('' when the key is gone), lease, batch applied (0/1), seconds the key
 // stays valid (-1: no expiry), limited (0/1), wanted (0/1)}.
 const LEASE: &str = concat!(
@@ -216,7 +217,7 @@ if k[1] then
     new = math.max(math.min(new, room), 0)
   end
 end
-local slack = math.max(new - floor, 0)
+local slack = math.max(new - tonumber(ARGV[9]), 0)
 local old = tonumber(redis.call('HGET', KEYS[3], 'slack:' .. lease) or '0')
 if new > 0 then
   redis.call('HSET', KEYS[3], lease, new, 'slack:' .. lease, slack)

@@ -226,6 +226,7 @@ impl Leases {
                 .arg(plan.floor)
                 .arg(self.opts.ttl_secs)
                 .arg(LOG_MAX)
+                .arg(plan.held)
                 .invoke_async(&mut conn.clone())
                 .await
                 .map_err(map_err)?;
