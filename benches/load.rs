@@ -1,11 +1,13 @@
 //! Load benchmark: the gateway against a bare Pingora passthrough, in one process and
-//! one run, on the same machine at the same moment (issue 6's budget is ratios and
-//! differences against that baseline, since absolute figures drift on shared machines).
+//! one run, on the same machine at the same moment (the budget is ratios and differences
+//! against that baseline, since absolute figures drift on shared machines).
 //!
 //! `cargo bench --bench load` starts a mock upstream per target, the targets (direct,
-//! passthrough, the gateway on the embedded store and on a private `redis-server`),
-//! runs every scenario against every target in turn, prints the budget with PASS/FAIL,
-//! and writes `target/bench-load.md` and `target/bench-load.svg`.
+//! passthrough, the gateway on the embedded store, on a private `redis-server` and on a
+//! private 3-master Redis Cluster), runs every scenario against every target in turn
+//! (the closed, open and streaming ones in `LOAD_ROUNDS` alternating rounds, 3 by
+//! default, reporting the median), prints the budget with PASS/FAIL, and writes
+//! `target/bench-load.md` and `target/bench-load.svg`.
 //!
 //! Run without `--bench` (as `cargo test --all-targets` does), it is a smoke run of a
 //! few seconds: tiny durations, a few idle streams, self-checks of its own parsers and
@@ -15,6 +17,10 @@
 mod checks;
 #[path = "load/http.rs"]
 mod http;
+#[path = "load/markdown.rs"]
+mod markdown;
+#[path = "load/redis.rs"]
+mod redis;
 #[path = "load/report.rs"]
 mod report;
 #[path = "load/scenarios.rs"]
@@ -26,7 +32,7 @@ mod targets;
 #[path = "load/upstream.rs"]
 mod upstream;
 
-use report::{Big, Meta, TargetResult};
+use report::{Big, Cpu, Meta, TargetResult};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,6 +53,11 @@ struct Plan {
     open_rate: f64,
     open_conns: usize,
     open: Duration,
+    /// Rounds of the closed, open and fast-streaming scenarios.
+    rounds: usize,
+    /// Streams from a fast upstream (throughput): connections and duration per target.
+    flow_conns: usize,
+    flow: Duration,
     /// Streaming chat: concurrent streams, duration per target, events and their interval.
     stream_conns: usize,
     stream: Duration,
@@ -69,7 +80,10 @@ const FULL: Plan = Plan {
     closed: Duration::from_secs(5),
     open_rate: 1000.0,
     open_conns: 8,
-    open: Duration::from_secs(10),
+    open: Duration::from_secs(5),
+    rounds: 3,
+    flow_conns: 32,
+    flow: Duration::from_secs(4),
     stream_conns: 32,
     stream: Duration::from_secs(5),
     sse_events: 50,
@@ -89,6 +103,9 @@ const QUICK: Plan = Plan {
     open_rate: 200.0,
     open_conns: 2,
     open: Duration::from_millis(150),
+    rounds: 1,
+    flow_conns: 2,
+    flow: Duration::from_millis(100),
     stream_conns: 4,
     stream: Duration::from_millis(100),
     sse_events: 10,
@@ -153,6 +170,7 @@ pub fn big_body(messages: bool, size: usize) -> Vec<u8> {
 struct Requests {
     chat: Arc<Vec<u8>>,
     sse: Arc<Vec<u8>>,
+    fast: Arc<Vec<u8>>,
     idle: Arc<Vec<u8>>,
     big: Arc<Vec<u8>>,
     big_messages: Arc<Vec<u8>>,
@@ -174,6 +192,11 @@ fn requests(t: &Target) -> Requests {
             &[("Accept", "text/event-stream")],
             &chat_body("bench-sse", true),
         ),
+        fast: post(
+            chat,
+            &[("Accept", "text/event-stream")],
+            &chat_body("bench-fast", true),
+        ),
         idle: post(
             chat,
             &[("Accept", "text/event-stream")],
@@ -191,6 +214,11 @@ fn requests(t: &Target) -> Requests {
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
     let plan = if quick { &QUICK } else { &FULL };
+    let rounds = std::env::var("LOAD_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(plan.rounds)
+        .max(1);
     let t_start = Instant::now();
     let mut notes = Vec::new();
     if quick {
@@ -203,13 +231,13 @@ fn main() {
     let idle: Vec<usize> = plan.idle.iter().map(|&n| n.min(fit)).collect();
     if idle.iter().zip(plan.idle).any(|(a, b)| a != b) {
         let note = format!(
-            "the open-file limit is {fds} and cannot be raised here (hard limit): idle streams scaled down from {:?} to {idle:?} (each holds four descriptors in this process); the 10,000-stream memory figure is projected linearly from the largest count",
+            "the open-file limit is {fds} and cannot be raised here (hard limit): idle streams scaled down from {:?} to {idle:?} (each holds four descriptors in this process)",
             plan.idle
         );
         println!("note: {note}");
         notes.push(note);
     }
-    let only = Filter::from_env();
+    let only = targets::Filter::from_env();
 
     let servers = runtime("servers", 2);
     let upstreams = runtime("upstream", 1);
@@ -235,41 +263,46 @@ fn main() {
         targets::Store::Embedded,
     ));
     list.push(embedded.expect("gateway on the embedded store starts"));
-    let redis = targets::RedisServer::start();
-    match &redis {
-        Some(r) => {
-            let redis_up = up();
-            let g = servers.block_on(targets::gateway(
-                "gateway (redis)",
-                redis_up,
-                targets::Store::Redis(r.url()),
-            ));
-            list.push(g.expect("gateway on redis starts"));
-        }
-        None => {
-            let note = "redis-server is not installed: the Redis target is skipped (apt-get install redis-server)";
-            println!("note: {note}");
-            notes.push(note.into());
-        }
+    let redises = redis::Redises {
+        single: only
+            .target("gateway (redis)")
+            .then(redis::RedisServer::start)
+            .flatten(),
+        cluster: only
+            .target("gateway (redis cluster)")
+            .then(redis::RedisCluster::start)
+            .flatten(),
+    };
+    if let Some(r) = &redises.single {
+        let g = servers.block_on(targets::gateway(
+            "gateway (redis)",
+            up(),
+            targets::Store::Redis(r.url()),
+        ));
+        list.push(g.expect("gateway on redis starts"));
+    }
+    if let Some(c) = &redises.cluster {
+        let g = servers.block_on(targets::gateway(
+            "gateway (redis cluster)",
+            up(),
+            targets::Store::Cluster(c.urls()),
+        ));
+        list.push(g.expect("gateway on a redis cluster starts"));
+    }
+    if redises.single.is_none() || redises.cluster.is_none() {
+        let note = "redis-server or redis-cli is missing (apt-get install redis-server), or a filter left it out: a Redis target is skipped";
+        println!("note: {note}");
+        notes.push(note.into());
     }
     list.retain(|t| only.target(t.name));
     let rss_base = sys::rss_bytes_trimmed();
     let reqs: Vec<Requests> = list.iter().map(requests).collect();
     let mut results: Vec<TargetResult> = list
         .iter()
-        .map(|t| TargetResult {
-            name: t.name,
-            kind: t.kind,
-            closed: None,
-            open: None,
-            streams: None,
-            big: Vec::new(),
-            idle: Vec::new(),
-        })
+        .map(|t| TargetResult::new(t.name, t.kind))
         .collect();
 
-    // Scenario by scenario, every target in turn: each comparison is made minutes, not
-    // tens of minutes, apart.
+    // Warm every target (connections, caches, a lease on the Redis targets).
     for (t, r) in list.iter().zip(&reqs) {
         client.block_on(scenarios::closed_loop(
             t.addr,
@@ -286,44 +319,107 @@ fn main() {
             plan.sse_interval,
         ));
     }
-    for ((t, r), res) in list.iter().zip(&reqs).zip(&mut results) {
-        if !only.scenario("closed") {
-            break;
+
+    // Scenario by scenario, every target in turn, round after round: each comparison is
+    // made seconds, not minutes, apart, and noise shows as spread between rounds.
+    if only.scenario("closed") {
+        let mut runs: Vec<Vec<scenarios::Closed>> = list.iter().map(|_| Vec::new()).collect();
+        let mut cpu = vec![(0.0, 0.0, 0u64); list.len()];
+        let mut work: Vec<(Option<redis::Work>, u64)> = vec![(None, 0); list.len()];
+        for round in 0..rounds {
+            for (k, (t, r)) in list.iter().zip(&reqs).enumerate() {
+                let (cpu0, w0) = (sys::thread_cpu(), redises.work(t));
+                let c = client.block_on(scenarios::closed_loop(
+                    t.addr,
+                    r.chat.clone(),
+                    plan.closed_conns,
+                    plan.closed,
+                ));
+                let (cpu1, w1) = (sys::thread_cpu(), redises.work(t));
+                let d = |g: &str| cpu1.get(g).unwrap_or(&0.0) - cpu0.get(g).unwrap_or(&0.0);
+                cpu[k].0 += d("servers");
+                cpu[k].1 += d("store");
+                cpu[k].2 += c.requests;
+                redis::add_work(&mut work[k].0, w0, w1);
+                work[k].1 += c.requests;
+                println!(
+                    "closed loop {round}  {:<28} {:>8.0} req/s  p99 {:>6.0} µs  errors {}  CPU µs/request: proxy {:.1} store {:.1}",
+                    t.name,
+                    c.rate(),
+                    scenarios::us(&c.latency, 0.99),
+                    c.errors,
+                    d("servers") * 1e6 / c.requests.max(1) as f64,
+                    d("store") * 1e6 / c.requests.max(1) as f64,
+                );
+                runs[k].push(c);
+            }
         }
-        let c = client.block_on(scenarios::closed_loop(
-            t.addr,
-            r.chat.clone(),
-            plan.closed_conns,
-            plan.closed,
-        ));
-        println!(
-            "closed loop   {:<28} {:>8.0} req/s  p99 {:>6.0} µs  errors {}",
-            t.name,
-            c.rate(),
-            scenarios::us(&c.latency, 0.99),
-            c.errors
-        );
-        res.closed = Some(c);
+        for (k, res) in results.iter_mut().enumerate() {
+            let n = cpu[k].2.max(1) as f64;
+            res.cpu = Some(Cpu {
+                proxy_us: cpu[k].0 * 1e6 / n,
+                store_us: cpu[k].1 * 1e6 / n,
+            });
+            res.redis = redis::per_request(work[k].0, work[k].1);
+            res.closed = scenarios::median_by(std::mem::take(&mut runs[k]), |c| c.rate());
+        }
     }
-    for ((t, r), res) in list.iter().zip(&reqs).zip(&mut results) {
-        if !only.scenario("open") {
-            break;
+    if only.scenario("open") {
+        let mut runs: Vec<Vec<scenarios::Open>> = list.iter().map(|_| Vec::new()).collect();
+        let mut work: Vec<(Option<redis::Work>, u64)> = vec![(None, 0); list.len()];
+        for round in 0..rounds {
+            for (k, (t, r)) in list.iter().zip(&reqs).enumerate() {
+                let w0 = redises.work(t);
+                let o = scenarios::open_loop(
+                    t.addr,
+                    r.chat.clone(),
+                    plan.open_rate,
+                    plan.open_conns,
+                    plan.open,
+                );
+                redis::add_work(&mut work[k].0, w0, redises.work(t));
+                work[k].1 += o.latency.len();
+                println!(
+                    "open loop {round}    {:<28} p50 {:>6.0} µs  p99 {:>6.0} µs  errors {}",
+                    t.name,
+                    scenarios::us(&o.latency, 0.5),
+                    scenarios::us(&o.latency, 0.99),
+                    o.errors
+                );
+                runs[k].push(o);
+            }
         }
-        let o = scenarios::open_loop(
-            t.addr,
-            r.chat.clone(),
-            plan.open_rate,
-            plan.open_conns,
-            plan.open,
-        );
-        println!(
-            "open loop     {:<28} p50 {:>6.0} µs  p99 {:>6.0} µs  errors {}",
-            t.name,
-            scenarios::us(&o.latency, 0.5),
-            scenarios::us(&o.latency, 0.99),
-            o.errors
-        );
-        res.open = Some(o);
+        for (k, res) in results.iter_mut().enumerate() {
+            res.redis_open = redis::per_request(work[k].0, work[k].1);
+            res.open = scenarios::median_by(std::mem::take(&mut runs[k]), |o| {
+                scenarios::us(&o.latency, 0.5)
+            });
+        }
+    }
+    if only.scenario("flow") {
+        let mut runs: Vec<Vec<scenarios::Streams>> = list.iter().map(|_| Vec::new()).collect();
+        for round in 0..rounds {
+            for (k, (t, r)) in list.iter().zip(&reqs).enumerate() {
+                let s = client.block_on(scenarios::streams(
+                    t.addr,
+                    r.fast.clone(),
+                    plan.flow_conns,
+                    plan.flow,
+                    upstream::pieces_in(plan.sse_events),
+                    Duration::ZERO,
+                ));
+                println!(
+                    "fast streams {round} {:<28} {:>8.0} streams/s  errors {}",
+                    t.name,
+                    s.rate(),
+                    s.errors
+                );
+                runs[k].push(s);
+            }
+        }
+        for (k, res) in results.iter_mut().enumerate() {
+            res.flow = scenarios::median_by(std::mem::take(&mut runs[k]), |s| s.rate());
+        }
     }
     for ((t, r), res) in list.iter().zip(&reqs).zip(&mut results) {
         if !only.scenario("stream") {
@@ -409,16 +505,16 @@ fn main() {
     let meta = Meta {
         machine: sys::machine(),
         command: COMMAND,
-        settings: settings(plan, &idle),
+        settings: settings(plan, &idle, rounds),
         notes,
         rss_base,
         idle_big: idle.iter().copied().max().unwrap_or(0),
-        idle_goal: plan.idle.iter().copied().max().unwrap_or(0),
+        rounds,
     };
     let lines = report::budget(&results, &meta);
     let elapsed = t_start.elapsed().as_secs_f64();
     if quick {
-        let failures = smoke_failures(&results);
+        let failures = checks::smoke_failures(&results);
         drop(list);
         if !failures.is_empty() {
             eprintln!("load smoke run failed: {}", failures.join("; "));
@@ -431,12 +527,12 @@ fn main() {
     for l in &lines {
         println!("  [{}] {} — {}", l.verdict(), l.text, l.measured);
     }
-    let mut md = report::markdown(&results, &meta, &lines);
+    let mut md = markdown::markdown(&results, &meta, &lines);
     md.push_str(&format!("\nWhole run: {elapsed:.0} s.\n"));
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/target");
     for (name, text) in [
         ("bench-load.md", md),
-        ("bench-load.svg", report::svg(&results)),
+        ("bench-load.svg", markdown::svg(&results)),
     ] {
         let path = format!("{dir}/{name}");
         match std::fs::write(&path, text) {
@@ -446,86 +542,17 @@ fn main() {
     }
     // Stop the servers before the runtimes go away.
     drop(list);
-    drop(redis);
+    drop(redises);
 }
 
-/// `LOAD_TARGETS` and `LOAD_SCENARIOS` (comma-separated substrings, e.g.
-/// `LOAD_TARGETS=embedded LOAD_SCENARIOS=closed`) narrow a run, for profiling one
-/// target under one load. Unset: everything.
-struct Filter {
-    targets: Option<Vec<String>>,
-    scenarios: Option<Vec<String>>,
-}
-
-impl Filter {
-    fn from_env() -> Filter {
-        let list = |name: &str| {
-            std::env::var(name)
-                .ok()
-                .map(|v| v.split(',').map(|s| s.trim().to_lowercase()).collect())
-        };
-        Filter {
-            targets: list("LOAD_TARGETS"),
-            scenarios: list("LOAD_SCENARIOS"),
-        }
-    }
-
-    fn target(&self, name: &str) -> bool {
-        self.targets
-            .as_ref()
-            .is_none_or(|v| v.iter().any(|s| name.to_lowercase().contains(s)))
-    }
-
-    fn scenario(&self, name: &str) -> bool {
-        self.scenarios
-            .as_ref()
-            .is_none_or(|v| v.iter().any(|s| name.contains(s.as_str())))
-    }
-}
-
-fn settings(p: &Plan, idle: &[usize]) -> Vec<String> {
+fn settings(p: &Plan, idle: &[usize], rounds: usize) -> Vec<String> {
     vec![
+        format!("The closed-loop, open-loop and fast-streaming scenarios run in {rounds} alternating rounds (every target in turn, then again); each line reports the round with the median figure. CPU per request and Redis work per request add up every round."),
         "One process: mock upstreams (1 Tokio thread), proxies (one 2-thread Tokio runtime, as the gateway's `threads: 2`), load generator (2 Tokio threads; open loop on plain threads). All share the machine's 2 cores.".into(),
         format!("Small chat: {} connections closed loop for {:?} per target (after a {:?} warm-up); open loop {:.0} req/s over {} connections for {:?}, latency from the intended send time.", p.closed_conns, p.closed, p.warmup, p.open_rate, p.open_conns, p.open),
-        format!("Streaming: {} concurrent streams for {:?}; each {} events ({} content events) {:?} apart.", p.stream_conns, p.stream, p.sse_events, upstream::pieces_in(p.sse_events), p.sse_interval),
+        format!("Streaming throughput: {} concurrent streams for {:?} from an upstream that writes its {} events without pause (one write each). Paced streaming: {} concurrent streams for {:?}; each {} events ({} content events) {:?} apart.", p.flow_conns, p.flow, p.sse_events, p.stream_conns, p.stream, p.sse_events, upstream::pieces_in(p.sse_events), p.sse_interval),
         format!("1 MiB body: {} connections for {:?}; heap bytes counted by a counting global allocator, on only during this scenario.", p.big_conns, p.big),
-        format!("Idle streams: {idle:?} opened (256 at a time), held {:?}, then released; RSS is the whole process's (`/proc/self/status`), measured after `malloc_trim`. The gateway's share is its growth less the direct target's (client and upstream alone).", p.idle_hold),
+        format!("Idle streams: {idle:?} opened (256 at a time), held {:?}, then released; RSS is the whole process's (`/proc/self/status`), measured after `malloc_trim`. What a gateway holds beyond the passthrough is its growth less the passthrough's (Pingora's own buffers are the passthrough's cost), per stream.", p.idle_hold),
         format!("Upstream latency: {:?}. The gateway's key has a quota and a model whitelist; every request is authenticated, reserved, settled and logged.", p.upstream_latency),
     ]
-}
-
-/// In the smoke run every scenario must have succeeded at least once and never failed.
-fn smoke_failures(rs: &[TargetResult]) -> Vec<String> {
-    let mut out = Vec::new();
-    for r in rs {
-        let check = |out: &mut Vec<String>, what: &str, ok: u64, errors: u64| {
-            if ok == 0 || errors > 0 {
-                out.push(format!("{} {what}: {ok} ok, {errors} errors", r.name));
-            }
-        };
-        if let Some(c) = &r.closed {
-            check(&mut out, "closed loop", c.requests, c.errors);
-        }
-        if let Some(o) = &r.open {
-            check(&mut out, "open loop", o.latency.len(), o.errors);
-        }
-        if let Some(s) = &r.streams {
-            check(&mut out, "streams", s.streams, s.errors);
-        }
-        for b in &r.big {
-            check(&mut out, b.label, b.closed.requests, b.closed.errors);
-            // The body reached the upstream whole (give or take the rewritten JSON).
-            let same = b.label == "chat → chat";
-            if same && (b.upstream_per_req - b.body as f64).abs() > b.body as f64 * 0.01 {
-                out.push(format!(
-                    "{} {}: upstream got {:.0} bytes per request",
-                    r.name, b.label, b.upstream_per_req
-                ));
-            }
-        }
-        for i in &r.idle {
-            check(&mut out, "idle streams", i.opened, i.errors);
-        }
-    }
-    out
 }

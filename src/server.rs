@@ -83,8 +83,9 @@ fn admin_service(live: &Arc<Live>) -> Option<Listening<Edge<AdminApp>>> {
     Some(svc)
 }
 
-/// Runs the gateway until a signal stops it. Never returns. `upgrade`: take the
-/// listening sockets over from a running gateway (see the module's comment).
+/// Runs the gateway until a signal stops it, then hands back what the store holds for
+/// this instance (Redis quota leases). Never returns. `upgrade`: take the listening
+/// sockets over from a running gateway (see the module's comment).
 pub fn serve(config: Config, upgrade: bool) -> Result<(), String> {
     // The store's connections live on a runtime of their own, alive for the whole
     // process; Pingora's service runtimes call into it.
@@ -116,6 +117,7 @@ pub fn serve(config: Config, upgrade: bool) -> Result<(), String> {
     tracing::info!(listen = %gw.config.listen, channels = gw.config.channels.len(),
         upgrade, pid = std::process::id(), "model-gateway starting");
     server.add_service(proxy_service(&live, &server.configuration));
+    let store = gw.store.clone();
     server.add_service(background_service("video tasks", Poller::new(gw.clone())));
     server.add_service(background_service(
         "graceful stop",
@@ -134,9 +136,13 @@ pub fn serve(config: Config, upgrade: bool) -> Result<(), String> {
     if let Some(admin) = admin_service(&live) {
         server.add_service(admin);
     }
-    // Keep the store runtime alive for as long as the server runs.
-    let _keep = store_rt;
-    server.run_forever()
+    // The store runtime lives as long as the server: its connections serve every request.
+    server.run(pingora::server::RunArgs::default());
+    // Every request has settled by now (the grace period and the cut are over).
+    if let Err(e) = store_rt.block_on(store.close()) {
+        tracing::warn!(error = %e, "the store did not hand everything back");
+    }
+    std::process::exit(0)
 }
 
 /// Cuts the answers still running once a graceful stop's grace period is over.
@@ -158,7 +164,7 @@ impl BackgroundService for Stopper {
         let gw = self.live.current();
         gw.observe.set_stopping();
         if self.leave_when_idle {
-            tokio::spawn(leave_when_idle(gw.observe.clone()));
+            tokio::spawn(leave_when_idle(gw.observe.clone(), gw.store.clone()));
         }
         gw.cut
             .after_grace(shutdown, gw.config.limits.shutdown_grace)
@@ -167,14 +173,18 @@ impl BackgroundService for Stopper {
 }
 
 /// Ends the process once no request is in flight: every request settled its charge
-/// before it ended, so nothing is lost; on the embedded store this is also when a new
-/// process of an upgrade gets the directory.
-async fn leave_when_idle(observe: Arc<Observer>) {
+/// before it ended, and the store hands back what it holds for this instance (Redis
+/// quota leases and the settles batched for them) first, so nothing is lost; on the
+/// embedded store this is also when a new process of an upgrade gets the directory.
+async fn leave_when_idle(observe: Arc<Observer>, store: Arc<dyn Store>) {
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     loop {
         tick.tick().await;
         if observe.in_flight() == 0 {
             tracing::info!("stopping: no request in flight; leaving");
+            if let Err(e) = store.close().await {
+                tracing::warn!(error = %e, "the store did not hand everything back");
+            }
             std::process::exit(0);
         }
     }

@@ -55,6 +55,13 @@ impl Closed {
     }
 }
 
+impl Streams {
+    /// Streams completed per second.
+    pub fn rate(&self) -> f64 {
+        self.streams as f64 / self.secs.max(1e-9)
+    }
+}
+
 /// `conns` connections each send `req` and wait for the whole answer, again and again,
 /// for `dur`. Answers other than 200, and I/O errors, count as errors.
 pub async fn closed_loop(
@@ -230,6 +237,8 @@ pub fn open_loop(
 pub struct Streams {
     pub streams: u64,
     pub errors: u64,
+    /// How long the scenario ran.
+    pub secs: f64,
     /// Request sent → first body byte.
     pub ttfb: Hist,
     /// Between consecutive content events, at the client.
@@ -248,7 +257,8 @@ pub async fn streams(
     pieces: usize,
     interval: Duration,
 ) -> Streams {
-    let end = Instant::now() + dur;
+    let start = Instant::now();
+    let end = start + dur;
     let tasks: Vec<_> = (0..conns)
         .map(|_| {
             let req = req.clone();
@@ -256,6 +266,7 @@ pub async fn streams(
                 let mut out = Streams {
                     streams: 0,
                     errors: 0,
+                    secs: 0.0,
                     ttfb: hist(),
                     gaps: hist(),
                     coalesced: 0,
@@ -323,6 +334,7 @@ pub async fn streams(
     let mut all = Streams {
         streams: 0,
         errors: 0,
+        secs: 0.0,
         ttfb: hist(),
         gaps: hist(),
         coalesced: 0,
@@ -339,6 +351,7 @@ pub async fn streams(
             Err(_) => all.errors += 1,
         }
     }
+    all.secs = start.elapsed().as_secs_f64();
     all
 }
 
@@ -454,4 +467,11 @@ pub async fn idle(
         rss_after: sys::rss_bytes_trimmed(),
         heap_open,
     }
+}
+
+/// The element with the median key (the upper median of an even count).
+pub fn median_by<T>(mut v: Vec<T>, key: impl Fn(&T) -> f64) -> Option<T> {
+    v.sort_by(|a, b| key(a).total_cmp(&key(b)));
+    let mid = v.len() / 2;
+    v.into_iter().nth(mid)
 }

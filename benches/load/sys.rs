@@ -162,3 +162,57 @@ pub fn machine() -> String {
 pub fn mb(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
+
+/// Clock ticks per second of `/proc` CPU times.
+fn ticks() -> f64 {
+    // SAFETY: sysconf reads a constant of the system.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
+}
+
+/// `(name, user + system seconds)` from the text of a `/proc/.../stat` file.
+pub fn parse_stat(text: &str) -> Option<(String, f64)> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let name = text.get(open + 1..close)?.to_string();
+    // Fields after the name: state is field 3, utime 14 and stime 15.
+    let rest: Vec<&str> = text.get(close + 1..)?.split_whitespace().collect();
+    let utime: f64 = rest.get(11)?.parse().ok()?;
+    let stime: f64 = rest.get(12)?.parse().ok()?;
+    Some((name, (utime + stime) / ticks()))
+}
+
+/// CPU seconds this process's threads have used, summed by thread group: the proxies'
+/// runtime (`servers`), the embedded store's threads (`store`), the load generator
+/// (`client`), the mock upstreams (`upstream`), the rest (`other`).
+pub fn thread_cpu() -> std::collections::HashMap<&'static str, f64> {
+    let mut out = std::collections::HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for t in dir.flatten() {
+        let Ok(text) = std::fs::read_to_string(t.path().join("stat")) else {
+            continue;
+        };
+        let Some((name, secs)) = parse_stat(&text) else {
+            continue;
+        };
+        let group = if name.starts_with("servers") {
+            "servers"
+        } else if name.starts_with("embedded-") || name.starts_with("store") {
+            "store"
+        } else if name.starts_with("client") {
+            "client"
+        } else if name.starts_with("upstream") {
+            "upstream"
+        } else {
+            "other"
+        };
+        *out.entry(group).or_insert(0.0) += secs;
+    }
+    out
+}

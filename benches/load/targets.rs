@@ -3,9 +3,10 @@
 //! - `direct`: the mock upstream itself (what the client and the upstream cost alone);
 //! - `passthrough`: a bare Pingora `ProxyHttp` whose only phase is `upstream_peer`, the
 //!   least any Pingora gateway can cost (the baseline of every budget line);
-//! - `gateway (embedded)` and `gateway (redis)`: the real gateway from
-//!   `model_gateway::server::spawn`, with a key that has a quota and a model whitelist,
-//!   so authentication, the whitelist, reserve/settle and the usage record all run.
+//! - `gateway (embedded)`, `gateway (redis)` and `gateway (redis cluster)`: the real
+//!   gateway from `model_gateway::server::spawn`, with a key that has a quota and a model
+//!   whitelist, so authentication, the whitelist, reserve/settle and the usage record all
+//!   run.
 
 use super::upstream::{Upstream, UpstreamConfig};
 use async_trait::async_trait;
@@ -21,14 +22,18 @@ use pingora::services::Service as _;
 use pingora::upstreams::peer::HttpPeer;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::IntoRawFd;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// The models the bench key may use (its whitelist) and the channel serves.
-pub const MODELS: &[&str] = &["bench-chat", "bench-sse", "bench-idle", "bench-big"];
+pub const MODELS: &[&str] = &[
+    "bench-chat",
+    "bench-sse",
+    "bench-fast",
+    "bench-idle",
+    "bench-big",
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -37,9 +42,18 @@ pub enum Kind {
     Gateway,
 }
 
+/// The Redis a gateway target uses, if any: its work is charged to the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    None,
+    Redis,
+    Cluster,
+}
+
 pub struct Target {
     pub name: &'static str,
     pub kind: Kind,
+    pub backend: Backend,
     pub addr: SocketAddr,
     /// `Authorization` value, for the gateway targets.
     pub auth: Option<String>,
@@ -66,6 +80,7 @@ pub fn direct(upstream: Upstream) -> Target {
     Target {
         name: "direct (no proxy)",
         kind: Kind::Direct,
+        backend: Backend::None,
         addr: upstream.addr,
         auth: None,
         upstream,
@@ -111,6 +126,7 @@ pub fn passthrough(upstream: Upstream) -> std::io::Result<Target> {
     Ok(Target {
         name: "passthrough (bare Pingora)",
         kind: Kind::Passthrough,
+        backend: Backend::None,
         addr,
         auth: None,
         upstream,
@@ -121,12 +137,20 @@ pub fn passthrough(upstream: Upstream) -> std::io::Result<Target> {
 pub enum Store {
     Embedded,
     Redis(String),
+    Cluster(Vec<String>),
 }
 
 fn config_text(store: &Store, dir: &Path, upstream: SocketAddr) -> String {
     let store = match store {
         Store::Embedded => format!("{{ embedded: {{ path: \"{}\" }} }}", dir.display()),
         Store::Redis(url) => format!("{{ redis: {{ url: \"{url}\" }} }}"),
+        Store::Cluster(urls) => format!(
+            "{{ redis: {{ cluster: [{}] }} }}",
+            urls.iter()
+                .map(|u| format!("\"{u}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
     let prices: String = MODELS
         .iter()
@@ -145,6 +169,11 @@ pub async fn gateway(
     upstream: Upstream,
     store: Store,
 ) -> Result<Target, String> {
+    let backend = match &store {
+        Store::Embedded => Backend::None,
+        Store::Redis(_) => Backend::Redis,
+        Store::Cluster(_) => Backend::Cluster,
+    };
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let text = config_text(&store, dir.path(), upstream.addr);
     let config = Config::parse(&text, dir.path()).map_err(|e| format!("{e:?}"))?;
@@ -167,6 +196,7 @@ pub async fn gateway(
     Ok(Target {
         name,
         kind: Kind::Gateway,
+        backend,
         addr,
         auth: Some(format!("Bearer {secret}")),
         upstream,
@@ -178,59 +208,36 @@ pub async fn start_upstream(cfg: &UpstreamConfig) -> std::io::Result<Upstream> {
     Upstream::start(cfg.clone()).await
 }
 
-/// A private `redis-server` on a unix socket in its own directory, never persisting,
-/// killed on drop.
-pub struct RedisServer {
-    child: Child,
-    dir: tempfile::TempDir,
+/// `LOAD_TARGETS` and `LOAD_SCENARIOS` (comma-separated substrings, e.g.
+/// `LOAD_TARGETS=embedded LOAD_SCENARIOS=closed`) narrow a run, for profiling one
+/// target under one load. Unset: everything.
+pub struct Filter {
+    targets: Option<Vec<String>>,
+    scenarios: Option<Vec<String>>,
 }
 
-impl RedisServer {
-    /// `None` when `redis-server` is not installed or does not come up.
-    pub fn start() -> Option<RedisServer> {
-        let dir = tempfile::tempdir().ok()?;
-        let child = Command::new("redis-server")
-            .args(["--port", "0", "--save", "", "--appendonly", "no"])
-            .arg("--unixsocket")
-            .arg(dir.path().join("redis.sock"))
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let s = RedisServer { child, dir };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if s.ping() {
-                return Some(s);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        None
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("redis.sock")
-    }
-
-    fn ping(&self) -> bool {
-        use std::io::{Read, Write};
-        let Ok(mut s) = std::os::unix::net::UnixStream::connect(self.socket()) else {
-            return false;
+impl Filter {
+    pub fn from_env() -> Filter {
+        let list = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .map(|v| v.split(',').map(|s| s.trim().to_lowercase()).collect())
         };
-        let mut buf = [0u8; 7];
-        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+        Filter {
+            targets: list("LOAD_TARGETS"),
+            scenarios: list("LOAD_SCENARIOS"),
+        }
     }
 
-    pub fn url(&self) -> String {
-        format!("redis+unix://{}", self.socket().display())
+    pub fn target(&self, name: &str) -> bool {
+        self.targets
+            .as_ref()
+            .is_none_or(|v| v.iter().any(|s| name.to_lowercase().contains(s)))
     }
-}
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    pub fn scenario(&self, name: &str) -> bool {
+        self.scenarios
+            .as_ref()
+            .is_none_or(|v| v.iter().any(|s| name.contains(s.as_str())))
     }
 }

@@ -4,6 +4,8 @@
 //! The reply is chosen by the model named in the request body:
 //! - `bench-sse`: a stream of [`UpstreamConfig::sse_events`] events, one chunked write
 //!   each, `sse_interval` apart (the role event leaves with the header);
+//! - `bench-fast`: the same stream with no pause between the writes (a fast upstream:
+//!   what streaming throughput is measured with);
 //! - `bench-idle`: the header and the role event, then nothing until
 //!   [`Upstream::release_idle`], then the rest of the stream at once;
 //! - anything else: a fixed chat completion with usage, with a Content-Length.
@@ -163,6 +165,7 @@ fn json_reply() -> Vec<u8> {
 pub enum Kind {
     Json,
     Sse,
+    Fast,
     Idle,
 }
 
@@ -172,6 +175,8 @@ pub fn kind_of(body: &[u8]) -> Kind {
         Kind::Idle
     } else if memchr::memmem::find(body, b"bench-sse").is_some() {
         Kind::Sse
+    } else if memchr::memmem::find(body, b"bench-fast").is_some() {
+        Kind::Fast
     } else {
         Kind::Json
     }
@@ -214,6 +219,7 @@ async fn serve(mut sock: TcpStream, shared: Arc<Shared>) {
         let ok = match kind_of(&body) {
             Kind::Json => sock.write_all(&shared.json_reply).await.is_ok(),
             Kind::Sse => write_stream(&mut sock, &shared, shared.cfg.sse_interval).await,
+            Kind::Fast => write_stream(&mut sock, &shared, Duration::ZERO).await,
             Kind::Idle => write_idle(&mut sock, &shared).await,
         };
         if !ok {

@@ -231,6 +231,14 @@ impl Store for Metered {
     async fn ping(&self) -> StoreResult<()> {
         self.time(Op::Ping, self.inner.ping()).await
     }
+
+    fn usage_query(&self) -> Option<&dyn crate::store::usage_query::UsageQuery> {
+        self.inner.usage_query()
+    }
+
+    async fn close(&self) -> StoreResult<()> {
+        self.inner.close().await
+    }
 }
 
 #[async_trait]

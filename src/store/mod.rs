@@ -11,6 +11,7 @@
 //! state only through these types.
 
 pub mod embedded;
+mod recent;
 pub mod redis;
 pub mod tasks;
 pub mod usage_query;
@@ -275,6 +276,14 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
     /// it has them; [`usage_query::Reader`] falls back to a scan over the methods above.
     fn usage_query(&self) -> Option<&dyn usage_query::UsageQuery> {
         None
+    }
+
+    /// Hands back what this instance holds for later (Redis: its quota leases, and the
+    /// charges it has settled but not yet sent), at the end of a graceful stop, once the
+    /// requests in flight have settled. The store still works afterwards, without
+    /// holding anything ahead.
+    async fn close(&self) -> StoreResult<()> {
+        Ok(())
     }
 }
 

@@ -4,15 +4,15 @@
 //! [`FlakyProxy`] that loses one reply after the script ran, or is cut while a hold
 //! exists; the truth is read through a direct connection.
 
+use crate::contract::{
+    available, eventually, key, open, redis_config, request_usage, used, KEY, QUOTA, TTL,
+};
 use crate::flaky_proxy::FlakyProxy;
 use crate::gateway::{
     chat, config_text, error_of, openai_channel, StoreKind, TestGateway, ADMIN_TOKEN,
 };
 use crate::mock_upstream::{openai, MockUpstream, Reply};
 use crate::redis_server::RedisServer;
-use crate::task_store::{
-    available, eventually, key, open, redis_config, request_usage, used, KEY, QUOTA, TTL,
-};
 use model_gateway::billing::{self, SettleOutcome};
 use model_gateway::config::StoreConfig;
 use model_gateway::store::{Reservation, ReserveDenied, Store, StoreError};

@@ -17,6 +17,8 @@ pub enum StoreKind {
     /// An embedded store in this directory (to restart on the same data).
     EmbeddedAt(std::path::PathBuf),
     Redis(String),
+    /// Seed nodes of a Redis Cluster.
+    RedisCluster(Vec<String>),
 }
 
 pub struct TestGateway {
@@ -34,6 +36,13 @@ pub fn config_text(body: &str, store: &StoreKind, dir: &Path) -> String {
         StoreKind::Embedded => format!("{{ embedded: {{ path: {} }} }}", dir.display()),
         StoreKind::EmbeddedAt(p) => format!("{{ embedded: {{ path: {} }} }}", p.display()),
         StoreKind::Redis(url) => format!("{{ redis: {{ url: \"{url}\" }} }}"),
+        StoreKind::RedisCluster(urls) => format!(
+            "{{ redis: {{ cluster: [{}] }} }}",
+            urls.iter()
+                .map(|u| format!("\"{u}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
     format!(
         "listen: 127.0.0.1:0\nadmin: {{ listen: 127.0.0.1:0, token: {ADMIN_TOKEN} }}\nstore: {store}\nthreads: 2\n{body}"

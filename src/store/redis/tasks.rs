@@ -17,7 +17,9 @@
 //!   the claims look at the status of what they claimed and drop ended tasks, so they are
 //!   never returned.
 
-use super::{done, key, log, map_err, rsv, rsva, RedisStore, CREATE, LOG_MAX};
+use super::conn::{done, key, log, map_err, rsv, rsva};
+use super::scripts::{settle_fn, CREATE};
+use super::{RedisStore, LOG_MAX};
 use crate::store::tasks::{TaskRecord, TaskRef, TaskStatus, TaskStore};
 use crate::store::{StoreError, StoreResult, UsageRecord};
 use async_trait::async_trait;

@@ -2,11 +2,12 @@
 //!
 //! `due_at` (unix ms) is when an open task is next due for a poll; it is NULL once the
 //! task has ended, so claims (which read only `due_at <= now`, through a partial index)
-//! never see ended tasks. Every method is one job on the store thread, which runs jobs
-//! one at a time: a claim's select and update, or a finish's update, settle and usage
-//! insert, are atomic and durable when they return.
+//! never see ended tasks. Every change is one job on the writer, which runs jobs one at a
+//! time: a claim's select and update, or a finish's update, settle and usage insert, are
+//! atomic and durable when they return. Reads of a task go to the read connections.
 
-use super::{exec, internal, settle_in, usage_in, EmbeddedStore};
+use super::sql::{exec, internal, settle_in, usage_in};
+use super::EmbeddedStore;
 use crate::store::tasks::{TaskRecord, TaskRef, TaskStore};
 use crate::store::{StoreError, StoreResult, UsageRecord};
 use async_trait::async_trait;
@@ -54,7 +55,7 @@ impl TaskStore for EmbeddedStore {
 
     async fn get_task(&self, key_id: &str, id: &str) -> StoreResult<Option<TaskRecord>> {
         let (key_id, id) = (key_id.to_string(), id.to_string());
-        self.call(move |c| get_task(c, &key_id, &id)).await
+        self.readers.read(move |c| get_task(c, &key_id, &id)).await
     }
 
     async fn claim_due_tasks(
@@ -153,23 +154,34 @@ impl TaskStore for EmbeddedStore {
         let (id, key_id, status, cost) = (t.id.clone(), t.key_id.clone(), t.status, t.cost);
         let usage_key = usage.key_id.clone();
         let prune = self.prune_due();
-        let cx = self.settle_ctx();
-        self.call(move |c| {
-            let n = exec(
-                c,
-                "UPDATE tasks SET status = ?3, due_at = NULL, record = ?4
-                 WHERE id = ?1 AND key_id = ?2 AND status NOT IN ('completed', 'failed')",
-                params![id, key_id, status.as_str(), text],
-            )
-            .map_err(internal)?;
-            if n == 0 {
-                return Ok(false);
-            }
-            settle_in(c, &cx, &key_id, &id, cost)?;
-            usage_in(c, &usage_key, &usage_text, prune)?;
-            Ok(true)
-        })
+        let prune_settled = self.settle_prune_due();
+        let now = self.clock.now();
+        let ledger = self.ledger.clone();
+        self.write(
+            false,
+            move |c| {
+                let n = exec(
+                    c,
+                    "UPDATE tasks SET status = ?3, due_at = NULL, record = ?4
+                     WHERE id = ?1 AND key_id = ?2 AND status NOT IN ('completed', 'failed')",
+                    params![id, key_id, status.as_str(), text],
+                )
+                .map_err(internal)?;
+                if n == 0 {
+                    return Ok(None);
+                }
+                let first = settle_in(c, now, prune_settled, &key_id, &id, cost)?;
+                usage_in(c, &usage_key, &usage_text, prune)?;
+                Ok(Some((key_id, id, first)))
+            },
+            move |committed, settled| {
+                if let (true, Some((key_id, id, first))) = (committed, settled) {
+                    ledger.settled(key_id, id, cost, *first);
+                }
+            },
+        )
         .await
+        .map(|s| s.is_some())
     }
 
     async fn forget_task(&self, _r: &TaskRef) -> StoreResult<()> {
@@ -185,7 +197,7 @@ mod tests {
     #[test]
     fn claims_read_the_partial_due_index() {
         let c = Connection::open_in_memory().unwrap();
-        c.execute_batch(super::super::SCHEMA).unwrap();
+        c.execute_batch(super::super::sql::SCHEMA).unwrap();
         let plan: Vec<String> = c
             .prepare("EXPLAIN QUERY PLAN SELECT id, key_id FROM tasks WHERE due_at <= 5 ORDER BY due_at LIMIT 3")
             .unwrap()

@@ -1,0 +1,572 @@
+//! The embedded store: SQLite in WAL mode, the default, for a single node.
+//!
+//! Three kinds of work, three places, so the request path never queues behind a commit
+//! it does not need:
+//! - **reserve and extend** are decided in memory ([`ledger`]): one lock, no statement;
+//! - **settles, usage records and every other change** go to the one writer thread
+//!   ([`writer`]), which commits them in groups (under load, a commit carries every
+//!   settle and record that arrived within a fraction of a millisecond); a settle answers
+//!   once its charge and record are committed, so `kill -9` loses no answered charge;
+//! - **key lookups and log reads** run on read connections ([`readers`]): WAL readers
+//!   never wait for the writer, and an unknown key never reaches it.
+//!
+//! Other processes (the CLI) may use the same file at the same time: SQLite's own locking
+//! and `busy_timeout` handle that, and the writer re-reads the accounts it holds in memory
+//! when another process has committed (within [`writer`]'s idle check, 0.25 s).
+//!
+//! Settling is exactly once: the `settled` table holds a row per settled (or released)
+//! reservation id, written in the same savepoint as the charge and the usage record, so
+//! a settle retried after a cancelled or failed call changes nothing. Rows older than
+//! [`super::SETTLED_KEEP_SECS`] are pruned as usage rows are, a batch every `PRUNE_EVERY`
+//! settles. Time is the store's own clock, never a caller's.
+
+mod ledger;
+mod readers;
+mod sql;
+mod tasks;
+mod usage;
+mod writer;
+
+use super::{
+    KeyPatch, KeyRecord, Micros, Reservation, ReserveDenied, Store, StoreError, StoreResult,
+    UsageRecord,
+};
+use async_trait::async_trait;
+use ledger::{durable, Decision, Ledger};
+use parking_lot::Mutex;
+use readers::Readers;
+use rusqlite::{params, Connection};
+use sql::{exec, in_savepoint, internal, json_list};
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+use writer::{Finish, Job};
+
+/// Prune a key's usage rows (and old tombstones) once every this many inserts.
+const PRUNE_EVERY: u64 = 100;
+
+/// The store's clock, in unix seconds. Unit tests move it forward instead of waiting.
+#[derive(Default)]
+pub struct Clock {
+    skew: AtomicI64,
+}
+
+impl Clock {
+    pub fn now(&self) -> i64 {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        secs + self.skew.load(Ordering::Relaxed)
+    }
+}
+
+pub struct EmbeddedStore {
+    dir: PathBuf,
+    ledger: Arc<Ledger>,
+    jobs: mpsc::Sender<Job>,
+    readers: Readers,
+    /// Dropping the store stops the checkpoint thread.
+    _checkpoints: mpsc::Sender<()>,
+    lock: Mutex<Option<File>>,
+    /// Per-key (minute window, count); a single node needs no shared counter.
+    rates: Mutex<HashMap<String, (i64, u32)>>,
+    inserts: AtomicU64,
+    settles: AtomicU64,
+    clock: Arc<Clock>,
+    counts: Arc<writer::Counts>,
+}
+
+fn ttl(secs: u64) -> i64 {
+    secs.min(i64::MAX as u64) as i64
+}
+
+impl EmbeddedStore {
+    /// Opens (creating if needed) the store in `dir`.
+    pub fn open(dir: &Path) -> StoreResult<EmbeddedStore> {
+        std::fs::create_dir_all(dir).map_err(internal)?;
+        let db = dir.join("gateway.db");
+        let conn = Connection::open(&db).map_err(internal)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(internal)?;
+        // Checkpoints run on their own thread (below), not inside a request's COMMIT.
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0; PRAGMA temp_store=MEMORY;",
+        )
+        .map_err(internal)?;
+        conn.execute_batch(sql::SCHEMA).map_err(internal)?;
+        conn.set_prepared_statement_cache_capacity(64);
+        let checkpoints = Connection::open(&db).map_err(internal)?;
+        let readers = Readers::open(&db)?;
+        let clock = Arc::new(Clock::default());
+        let ledger = Arc::new(Ledger::new(clock.clone()));
+        let (tx, rx) = mpsc::channel::<Job>();
+        let (stop, stopped) = mpsc::channel::<()>();
+        let (l, counts) = (ledger.clone(), Arc::new(writer::Counts::default()));
+        let c = counts.clone();
+        std::thread::Builder::new()
+            .name("embedded-store".into())
+            .spawn(move || writer::run(conn, rx, l, c))
+            .map_err(internal)?;
+        std::thread::Builder::new()
+            .name("embedded-checkpoint".into())
+            .spawn(move || writer::checkpointer(checkpoints, stopped))
+            .map_err(internal)?;
+        Ok(EmbeddedStore {
+            dir: dir.to_path_buf(),
+            ledger,
+            jobs: tx,
+            readers,
+            _checkpoints: stop,
+            lock: Mutex::new(None),
+            rates: Mutex::new(HashMap::new()),
+            inserts: AtomicU64::new(0),
+            settles: AtomicU64::new(0),
+            clock,
+            counts,
+        })
+    }
+
+    /// Claims the directory for one server process. Reservations left by a previous
+    /// server are dropped: a restarted single node has no request in flight. Video task
+    /// reservations (their id is the task id, `task_...`) stay: their tasks outlive the
+    /// process and settle them when they end. Open tasks are made due now: their leases
+    /// were held by the process that stopped, and nobody else polls a single node.
+    pub fn lock_exclusive(&self) -> StoreResult<()> {
+        let f = File::create(self.dir.join("LOCK")).map_err(internal)?;
+        f.try_lock().map_err(|_| {
+            StoreError::Conflict(format!(
+                "{} is in use by another gateway",
+                self.dir.display()
+            ))
+        })?;
+        *self.lock.lock() = Some(f);
+        let conn = Connection::open(self.dir.join("gateway.db")).map_err(internal)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(internal)?;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(internal)?;
+        // Not `LIKE 'task_%'`: `_` is a LIKE wildcard.
+        let r = exec(
+            &conn,
+            "DELETE FROM reservations WHERE substr(id, 1, 5) <> 'task_'",
+            [],
+        )
+        .and_then(|_| {
+            exec(
+                &conn,
+                "UPDATE tasks SET due_at = ?1 WHERE due_at > ?1",
+                [now_ms],
+            )
+        })
+        .and_then(|_| conn.execute_batch("COMMIT"));
+        if let Err(e) = r {
+            let _ = conn.execute_batch("ROLLBACK");
+            return Err(internal(e));
+        }
+        Ok(())
+    }
+
+    /// Jobs the writer has run and commits it has made since the store opened.
+    pub fn writer_counts(&self) -> (u64, u64) {
+        (
+            self.counts.jobs.load(Ordering::Relaxed),
+            self.counts.commits.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Whether this usage insert should also prune the key's oldest rows.
+    fn prune_due(&self) -> bool {
+        self.inserts.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1
+    }
+
+    /// Whether this settle should also prune old tombstones.
+    fn settle_prune_due(&self) -> bool {
+        self.settles.fetch_add(1, Ordering::Relaxed) % PRUNE_EVERY == PRUNE_EVERY - 1
+    }
+
+    /// Moves the store's clock (tests of expiry).
+    #[cfg(test)]
+    fn advance_clock(&self, secs: i64) {
+        self.clock.skew.fetch_add(secs, Ordering::Relaxed);
+    }
+
+    /// Runs `f` on the writer, inside the next group commit; `after(committed, value)`
+    /// runs on the writer once the group's commit is decided, when `f` succeeded.
+    async fn write<T: Send + 'static>(
+        &self,
+        early: bool,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        after: impl FnOnce(bool, &T) + Send + 'static,
+    ) -> StoreResult<T> {
+        self.submit(early, false, f, after).await
+    }
+
+    /// As [`EmbeddedStore::write`], for the writes of every request (settles, usage
+    /// records): without a savepoint of their own, which would copy every page they touch
+    /// (a third of their cost). They fail only as SQLite itself fails (disk full, I/O),
+    /// and then the whole group is undone and every caller told, so nothing half-done is
+    /// ever committed; callers retry.
+    async fn write_plain<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        after: impl FnOnce(bool, &T) + Send + 'static,
+    ) -> StoreResult<T> {
+        self.submit(false, true, f, after).await
+    }
+
+    async fn submit<T: Send + 'static>(
+        &self,
+        early: bool,
+        plain: bool,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+        after: impl FnOnce(bool, &T) + Send + 'static,
+    ) -> StoreResult<T> {
+        let (tx, rx) = oneshot::channel();
+        let run = Box::new(move |conn: &Connection| -> (Finish, bool) {
+            let r = if plain {
+                f(conn)
+            } else {
+                in_savepoint(conn, f)
+            };
+            let failed = plain && r.is_err();
+            let finish: Finish = Box::new(move |commit_err: Option<StoreError>| {
+                if let Ok(v) = &r {
+                    after(commit_err.is_none(), v);
+                }
+                let _ = tx.send(match (r, commit_err) {
+                    (Err(e), _) => Err(e),
+                    (Ok(_), Some(e)) => Err(e),
+                    (Ok(v), None) => Ok(v),
+                });
+            });
+            (finish, failed)
+        });
+        self.jobs
+            .send(Job { early, run })
+            .map_err(|_| StoreError::Internal("store thread stopped".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Internal("store thread dropped a job".into()))?
+    }
+
+    async fn call<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    ) -> StoreResult<T> {
+        self.write(false, f, |_, _| {}).await
+    }
+
+    /// Puts the key's account in memory; `false` if the key does not exist.
+    async fn load(&self, key_id: &str) -> StoreResult<bool> {
+        let (id, ledger) = (key_id.to_string(), self.ledger.clone());
+        self.write(
+            true,
+            move |c| {
+                if ledger.is_loaded(&id) {
+                    return Ok(true);
+                }
+                let Some(f) = sql::figures(c, &id)? else {
+                    return Ok(false);
+                };
+                let holds = sql::durable_holds(c, &id, ledger.now())?;
+                ledger.load(&id, f, holds);
+                Ok(true)
+            },
+            |_, _| {},
+        )
+        .await
+    }
+
+    /// A task's reservation: checked against the `settled` table (task ids outlive the
+    /// process), held in memory and written, on the writer.
+    async fn reserve_durable(
+        &self,
+        key_id: &str,
+        rid: &str,
+        min: Micros,
+        max: Micros,
+        ttl_secs: u64,
+    ) -> StoreResult<Decision> {
+        let (key_id, rid, ledger) = (key_id.to_string(), rid.to_string(), self.ledger.clone());
+        let undo = ledger.clone();
+        self.write(
+            false,
+            move |c| {
+                if sql::is_settled(c, &key_id, &rid)? {
+                    return Ok(Decision::Denied(ReserveDenied::Released));
+                }
+                let d = ledger.reserve(&key_id, &rid, min, max, ttl_secs);
+                if let Decision::Granted(r, true) = &d {
+                    let expires = ledger.now().saturating_add(ttl(ttl_secs));
+                    let written = exec(
+                        c,
+                        "INSERT OR REPLACE INTO reservations (id, key_id, amount, expires_at) VALUES (?1, ?2, ?3, ?4)",
+                        params![r.id, r.key_id, r.amount, expires],
+                    );
+                    if let Err(e) = written {
+                        ledger.unhold(&r.key_id, &r.id);
+                        return Err(internal(e));
+                    }
+                }
+                Ok(d)
+            },
+            move |committed, d| {
+                if let (false, Decision::Granted(r, true)) = (committed, d) {
+                    undo.unhold(&r.key_id, &r.id);
+                }
+            },
+        )
+        .await
+    }
+
+    async fn settle_with(
+        &self,
+        r: &Reservation,
+        actual: Micros,
+        usage: Option<&UsageRecord>,
+    ) -> StoreResult<()> {
+        let usage = match usage {
+            Some(u) => Some((
+                u.key_id.clone(),
+                serde_json::to_string(u).map_err(internal)?,
+                self.prune_due(),
+            )),
+            None => None,
+        };
+        let (key_id, rid) = (r.key_id.clone(), r.id.clone());
+        let (prune, ledger) = (self.settle_prune_due(), self.ledger.clone());
+        let now = self.clock.now();
+        self.write_plain(
+            move |c| {
+                let first = sql::settle_in(c, now, prune, &key_id, &rid, actual)?;
+                if let (true, Some((k, text, prune))) = (first, usage) {
+                    sql::usage_in(c, &k, &text, prune)?;
+                }
+                Ok((key_id, rid, first))
+            },
+            move |committed, (key_id, rid, first)| {
+                if committed {
+                    ledger.settled(key_id, rid, actual, *first);
+                }
+            },
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    async fn create_key(&self, rec: &KeyRecord) -> StoreResult<()> {
+        let r = rec.clone();
+        let ledger = self.ledger.clone();
+        self.write(
+            false,
+            move |c| {
+                let n = exec(
+                    c,
+                    "INSERT OR IGNORE INTO keys (id, hash, display, name, status, created_at, expires_at,
+                       models, allow_ips, rpm, quota_limit, quota_used)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                    params![
+                        r.id, r.hash, r.display, r.name, r.status.as_str(), r.created_at, r.expires_at,
+                        json_list(&r.models), json_list(&r.allow_ips), r.rpm, r.quota_limit, r.quota_used
+                    ],
+                )
+                .map_err(internal)?;
+                if n == 0 {
+                    return Err(StoreError::Conflict(format!("key {} exists", r.id)));
+                }
+                Ok(r.id)
+            },
+            move |_, id| ledger.forget(id),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn get_key(&self, id: &str) -> StoreResult<Option<KeyRecord>> {
+        let id = id.to_string();
+        self.readers.read(move |c| sql::get_key(c, &id)).await
+    }
+
+    async fn list_keys(&self) -> StoreResult<Vec<KeyRecord>> {
+        self.readers.read(sql::list_keys).await
+    }
+
+    async fn update_key(&self, id: &str, patch: &KeyPatch) -> StoreResult<Option<KeyRecord>> {
+        let (id, patch) = (id.to_string(), patch.clone());
+        let ledger = self.ledger.clone();
+        self.write(
+            false,
+            move |c| {
+                let Some(mut rec) = sql::get_key(c, &id)? else {
+                    return Ok(None);
+                };
+                patch.apply(&mut rec);
+                exec(
+                    c,
+                    "UPDATE keys SET name = ?2, status = ?3, expires_at = ?4, models = ?5, allow_ips = ?6,
+                       rpm = ?7, quota_limit = ?8 WHERE id = ?1",
+                    params![
+                        rec.id, rec.name, rec.status.as_str(), rec.expires_at, json_list(&rec.models),
+                        json_list(&rec.allow_ips), rec.rpm, rec.quota_limit
+                    ],
+                )
+                .map_err(internal)?;
+                Ok(Some(rec))
+            },
+            move |committed, rec| {
+                if let (true, Some(r)) = (committed, rec) {
+                    ledger.update(&r.id, r.status, r.expires_at, r.quota_limit);
+                }
+            },
+        )
+        .await
+    }
+
+    async fn delete_key(&self, id: &str) -> StoreResult<bool> {
+        let id = id.to_string();
+        let ledger = self.ledger.clone();
+        self.write(
+            false,
+            move |c| {
+                exec(c, "DELETE FROM reservations WHERE key_id = ?1", [&id]).map_err(internal)?;
+                exec(c, "DELETE FROM settled WHERE key_id = ?1", [&id]).map_err(internal)?;
+                let n = exec(c, "DELETE FROM keys WHERE id = ?1", [&id]).map_err(internal)?;
+                Ok((id, n > 0))
+            },
+            move |committed, (id, _)| {
+                if committed {
+                    ledger.forget(id);
+                }
+            },
+        )
+        .await
+        .map(|(_, deleted)| deleted)
+    }
+
+    async fn reserve(
+        &self,
+        key_id: &str,
+        reservation_id: &str,
+        min: Micros,
+        max: Micros,
+        ttl_secs: u64,
+    ) -> StoreResult<Result<Reservation, ReserveDenied>> {
+        // The account is loaded at most once per key and process; a key deleted between
+        // its load and this reserve is loaded again (and found missing).
+        for _ in 0..3 {
+            let d = if durable(reservation_id) {
+                if !self.ledger.is_loaded(key_id) && !self.load(key_id).await? {
+                    return Ok(Err(ReserveDenied::NotFound));
+                }
+                self.reserve_durable(key_id, reservation_id, min, max, ttl_secs)
+                    .await?
+            } else {
+                self.ledger
+                    .reserve(key_id, reservation_id, min, max, ttl_secs)
+            };
+            match d {
+                Decision::Granted(r, _) => return Ok(Ok(r)),
+                Decision::Denied(why) => return Ok(Err(why)),
+                Decision::NotLoaded => {
+                    if !self.load(key_id).await? {
+                        return Ok(Err(ReserveDenied::NotFound));
+                    }
+                }
+            }
+        }
+        Ok(Err(ReserveDenied::NotFound))
+    }
+
+    async fn extend(&self, reservation: &Reservation, ttl_secs: u64) -> StoreResult<()> {
+        let held = self
+            .ledger
+            .extend(&reservation.key_id, &reservation.id, ttl_secs);
+        // A request's hold lives in memory only; a task's is on disk too.
+        if !durable(&reservation.id) || held == Some(false) {
+            return Ok(());
+        }
+        let r = reservation.clone();
+        let clock = self.clock.clone();
+        self.call(move |c| {
+            let now = clock.now();
+            exec(
+                c,
+                "UPDATE reservations SET expires_at = MAX(expires_at, ?3)
+                 WHERE id = ?1 AND key_id = ?2 AND expires_at > ?4",
+                params![r.id, r.key_id, now.saturating_add(ttl(ttl_secs)), now],
+            )
+            .map_err(internal)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn settle(&self, reservation: &Reservation, actual: Micros) -> StoreResult<()> {
+        self.settle_with(reservation, actual, None).await
+    }
+
+    async fn settle_logged(
+        &self,
+        reservation: &Reservation,
+        actual: Micros,
+        usage: &UsageRecord,
+    ) -> StoreResult<()> {
+        self.settle_with(reservation, actual, Some(usage)).await
+    }
+
+    async fn rate_hit(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<bool> {
+        let window = now_ms.div_euclid(60_000);
+        let mut rates = self.rates.lock();
+        if rates.len() > 100_000 {
+            rates.retain(|_, (w, _)| *w >= window);
+        }
+        let e = rates.entry(key_id.to_string()).or_insert((window, 0));
+        if e.0 != window {
+            *e = (window, 0);
+        }
+        if e.1 >= rpm {
+            return Ok(false);
+        }
+        e.1 += 1;
+        Ok(true)
+    }
+
+    async fn append_usage(&self, rec: &UsageRecord) -> StoreResult<()> {
+        let text = serde_json::to_string(rec).map_err(internal)?;
+        let key_id = rec.key_id.clone();
+        let prune = self.prune_due();
+        self.write_plain(move |c| sql::usage_in(c, &key_id, &text, prune), |_, _| {})
+            .await
+    }
+
+    async fn recent_usage(&self, key_id: &str, limit: usize) -> StoreResult<Vec<UsageRecord>> {
+        let key_id = key_id.to_string();
+        let texts = self
+            .readers
+            .read(move |c| sql::recent_usage(c, &key_id, limit))
+            .await?;
+        texts
+            .iter()
+            .map(|t| serde_json::from_str(t).map_err(internal))
+            .collect()
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.call(|_| Ok(())).await
+    }
+
+    fn usage_query(&self) -> Option<&dyn super::usage_query::UsageQuery> {
+        Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests;

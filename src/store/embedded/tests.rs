@@ -1,0 +1,318 @@
+use super::*;
+use crate::store::{KeyStatus, SETTLED_KEEP_SECS};
+use std::time::Duration;
+
+fn key(id: &str, quota: Micros) -> KeyRecord {
+    KeyRecord {
+        id: id.into(),
+        hash: format!("{:0>64}", 7),
+        display: "sk-a…b".into(),
+        name: "t".into(),
+        status: KeyStatus::Enabled,
+        created_at: 0,
+        expires_at: None,
+        models: vec![],
+        allow_ips: vec![],
+        rpm: None,
+        quota_limit: Some(quota),
+        quota_used: 0,
+    }
+}
+
+fn rows(dir: &Path) -> i64 {
+    let c = Connection::open(dir.join("gateway.db")).unwrap();
+    c.query_row("SELECT COUNT(*) FROM reservations", [], |r| r.get(0))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn request_reservations_stay_in_memory_and_task_reservations_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_key(&key("k", 1_000)).await.unwrap();
+    let r = s
+        .reserve("k", "req-1", 100, 600, 60)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.amount, 600);
+    assert_eq!(
+        rows(dir.path()),
+        0,
+        "a request's reservation is not written"
+    );
+    let t = s
+        .reserve("k", "task_1", 300, 300, 60)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(rows(dir.path()), 1, "a task's reservation is");
+    // Both count against the cap: 1000 - 600 - 300 = 100 left.
+    let last = s.reserve("k", "req-2", 1, 500, 60).await.unwrap().unwrap();
+    assert_eq!(last.amount, 100);
+    assert_eq!(
+        s.reserve("k", "req-3", 1, 1, 60).await.unwrap(),
+        Err(ReserveDenied::QuotaExhausted)
+    );
+    s.settle(&r, 250).await.unwrap();
+    s.settle(&t, 0).await.unwrap();
+    assert_eq!(rows(dir.path()), 0);
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 250);
+    // 1000 - 250 used - 100 still held by req-2.
+    let probe = s
+        .reserve("k", "req-4", 0, 1_000, 60)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(probe.amount, 650);
+    // Expired reservations are released: 60 s on, req-2 and req-4 are gone.
+    s.advance_clock(60);
+    let later = s
+        .reserve("k", "req-5", 0, 1_000, 60)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(later.amount, 750);
+}
+
+#[tokio::test]
+async fn settle_releases_the_held_amount_and_charges_the_actual() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_key(&key("k", 1_000)).await.unwrap();
+    let r = s.reserve("k", "req-1", 0, 400, 60).await.unwrap().unwrap();
+    s.settle(&r, 100).await.unwrap();
+    let probe = s.reserve("k", "p", 0, 1_000, 60).await.unwrap().unwrap();
+    assert_eq!(probe.amount, 900, "400 released, 100 charged");
+}
+
+#[tokio::test]
+async fn an_id_holds_once_and_settles_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_key(&key("k", 1_000)).await.unwrap();
+    let r = s.reserve("k", "req-1", 0, 400, 60).await.unwrap().unwrap();
+    let again = s.reserve("k", "req-1", 0, 900, 60).await.unwrap().unwrap();
+    assert_eq!(
+        again, r,
+        "a held id answers its grant again, holding nothing more"
+    );
+    s.settle(&r, 100).await.unwrap();
+    s.settle(&r, 100).await.unwrap();
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 100);
+    assert_eq!(
+        s.reserve("k", "req-1", 0, 400, 60).await.unwrap(),
+        Err(ReserveDenied::Released)
+    );
+    let tombstones = |dir: &Path| -> i64 {
+        let c = Connection::open(dir.join("gateway.db")).unwrap();
+        c.query_row("SELECT COUNT(*) FROM settled", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(tombstones(dir.path()), 1);
+    // Tombstones older than the retention go with a later settle's pruning batch.
+    s.advance_clock(SETTLED_KEEP_SECS + 1);
+    for n in 0..PRUNE_EVERY {
+        let id = format!("later-{n}");
+        let r = s.reserve("k", &id, 0, 1, 60).await.unwrap().unwrap();
+        s.settle(&r, 0).await.unwrap();
+    }
+    assert_eq!(tombstones(dir.path()), PRUNE_EVERY as i64);
+}
+
+#[tokio::test]
+async fn extend_pushes_a_live_hold_and_revives_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_key(&key("k", 1_000)).await.unwrap();
+    let held = s.reserve("k", "req-1", 0, 300, 10).await.unwrap().unwrap();
+    let task = s.reserve("k", "task_1", 0, 300, 10).await.unwrap().unwrap();
+    let lapsed = s.reserve("k", "req-2", 0, 300, 10).await.unwrap().unwrap();
+    s.advance_clock(8);
+    s.extend(&held, 10).await.unwrap();
+    s.extend(&task, 10).await.unwrap();
+    s.advance_clock(8); // 16 s in: req-2 expired, the two extended ones hold until 18
+    s.extend(&lapsed, 10).await.unwrap();
+    let probe = s
+        .reserve("k", "probe-1", 0, 1_000, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        probe.amount, 400,
+        "1000 - 300 - 300: the lapsed hold stays released"
+    );
+    s.settle(&probe, 0).await.unwrap();
+    s.advance_clock(3);
+    let probe = s
+        .reserve("k", "probe-2", 0, 1_000, 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        probe.amount, 1_000,
+        "extended holds expire too once no one extends them"
+    );
+}
+
+#[tokio::test]
+async fn key_lookups_and_reserves_never_reach_the_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_key(&key("k", 1_000)).await.unwrap();
+    let (jobs, _) = s.writer_counts();
+    for n in 0..50 {
+        assert_eq!(s.get_key(&format!("unknown-{n}")).await.unwrap(), None);
+    }
+    assert!(s.get_key("k").await.unwrap().is_some());
+    assert_eq!(
+        s.writer_counts().0,
+        jobs,
+        "lookups ran on the read connections"
+    );
+    // The first reserve of a key loads its account on the writer, once; the others and
+    // their extends are decided in memory.
+    let first = s.reserve("k", "req-0", 0, 10, 60).await.unwrap().unwrap();
+    let loaded = s.writer_counts().0;
+    assert_eq!(loaded, jobs + 1);
+    for n in 1..20 {
+        let r = s
+            .reserve("k", &format!("req-{n}"), 0, 10, 60)
+            .await
+            .unwrap()
+            .unwrap();
+        s.extend(&r, 120).await.unwrap();
+    }
+    assert_eq!(s.writer_counts().0, loaded);
+    // Settling is a write: committed before it answers.
+    s.settle(&first, 7).await.unwrap();
+    assert_eq!(s.writer_counts().0, loaded + 1);
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_settles_share_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    s.create_key(&key("k", 1_000_000)).await.unwrap();
+    let mut held = Vec::new();
+    for n in 0..64 {
+        held.push(
+            s.reserve("k", &format!("req-{n}"), 0, 10, 60)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    let (jobs, commits) = s.writer_counts();
+    let tasks: Vec<_> = held
+        .into_iter()
+        .map(|r| {
+            let s = s.clone();
+            tokio::spawn(async move { s.settle(&r, 3).await.unwrap() })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let (jobs2, commits2) = s.writer_counts();
+    assert_eq!(jobs2 - jobs, 64);
+    assert!(
+        commits2 - commits < 64,
+        "{} commits for 64 settles",
+        commits2 - commits
+    );
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 192);
+}
+
+/// Another process (the CLI) disables a key and lowers its cap: the accounts the server
+/// holds in memory follow within the writer's idle check.
+#[tokio::test]
+async fn another_process_s_changes_reach_the_reserves() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_key(&key("k", 1_000)).await.unwrap();
+    let r = s.reserve("k", "req-1", 0, 100, 60).await.unwrap().unwrap();
+    s.settle(&r, 100).await.unwrap();
+    let other = Connection::open(dir.path().join("gateway.db")).unwrap();
+    other
+        .execute("UPDATE keys SET quota_limit = 300 WHERE id = 'k'", [])
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let probe = s
+            .reserve("k", &crate::ids::request_id(), 0, 1_000, 60)
+            .await
+            .unwrap()
+            .unwrap();
+        s.settle(&probe, 0).await.unwrap();
+        if probe.amount == 200 {
+            break;
+        }
+        assert_eq!(probe.amount, 900, "either the old cap or the new one");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new cap never applied"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    other
+        .execute("UPDATE keys SET status = 'disabled' WHERE id = 'k'", [])
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while s
+        .reserve("k", &crate::ids::request_id(), 0, 1, 60)
+        .await
+        .unwrap()
+        != Err(ReserveDenied::Disabled)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the key was never disabled"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 100);
+}
+
+/// A request's write that fails undoes its whole group: nothing half-done is committed.
+#[tokio::test]
+async fn a_failed_plain_write_undoes_its_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let failed = s
+        .write_plain(
+            |c| {
+                exec(
+                    c,
+                    "INSERT INTO usage (key_id, record) VALUES ('k', '{}')",
+                    [],
+                )
+                .map_err(internal)?;
+                Err::<(), _>(StoreError::Internal("disk full".into()))
+            },
+            |_, _| {},
+        )
+        .await;
+    assert_eq!(failed, Err(StoreError::Internal("disk full".into())));
+    s.append_usage(&UsageRecord {
+        request_id: "r".into(),
+        time_ms: 1,
+        key_id: "k".into(),
+        endpoint: "/v1/chat/completions".into(),
+        model: "m".into(),
+        channel: "c".into(),
+        prompt_tokens: 1,
+        completion_tokens: 1,
+        cached_tokens: 0,
+        cost: 1,
+        estimated: false,
+        overrun: 0,
+        status: 200,
+        latency_ms: 1,
+        stream: false,
+    })
+    .await
+    .unwrap();
+    assert_eq!(s.recent_usage("k", 10).await.unwrap().len(), 1);
+}

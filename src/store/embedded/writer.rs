@@ -1,0 +1,232 @@
+//! The one thread that writes: it owns the writing connection and commits in groups.
+//!
+//! It takes the first queued job, drains whatever else is queued and, when jobs arrive
+//! fast enough that waiting pays, waits a little for more (see [`Pace`]), runs each job
+//! inside its own savepoint (one failing job undoes only itself), commits once, and only
+//! then answers every job and applies what they changed in memory. A caller that got an
+//! answer is durable against a process crash or `kill -9` (the WAL is written before the
+//! answer); with `synchronous=NORMAL`, an OS crash or power loss may lose the last
+//! transactions.
+//!
+//! Between two commits it also notices another process's commits (the CLI changing a
+//! key) with `PRAGMA data_version`, and reads the accounts in memory again.
+
+use super::ledger::Ledger;
+use super::sql::{exec, figures, internal};
+use crate::store::StoreError;
+use rusqlite::Connection;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Run after the commit: with the commit's error, or `None` once it is durable.
+pub type Finish = Box<dyn FnOnce(Option<StoreError>) + Send>;
+/// A job's body: runs inside the group's transaction; returns what to do after it, and
+/// whether it failed in a way only undoing the whole group can repair.
+pub type Run = Box<dyn FnOnce(&Connection) -> (Finish, bool) + Send>;
+
+pub struct Job {
+    /// Runs before the group's other jobs, so it reads only committed state (loading an
+    /// account must not see a settle of the same group that may still fail to commit).
+    pub early: bool,
+    pub run: Run,
+}
+
+/// Jobs one commit may carry.
+const MAX_GROUP: usize = 512;
+/// The longest a job waits for others to share its commit.
+const WINDOW: Duration = Duration::from_millis(2);
+/// How long, on average, a job may wait for company: a group is gathered only when more
+/// than one job is expected within this time. At 1,000 settles a second (one per
+/// millisecond) nothing waits; at 10,000 a commit carries a handful, and its fixed cost
+/// (the lock, the log header, the page writes) is paid once for all of them.
+const GATHER: Duration = Duration::from_micros(1000);
+/// How often an idle writer looks for another process's changes.
+const IDLE_CHECK: Duration = Duration::from_millis(250);
+
+/// How long a measure of the arrival rate lasts.
+const RATE_WINDOW: Duration = Duration::from_millis(50);
+
+/// The rate jobs arrive at, and how many to gather for the next commit.
+#[derive(Default)]
+pub struct Pace {
+    /// Jobs per second over the last complete window.
+    rate: f64,
+    window: Option<(Instant, usize)>,
+}
+
+impl Pace {
+    /// Records a group of `n` jobs whose gathering started at `at`.
+    pub fn observe(&mut self, n: usize, at: Instant) {
+        let (start, count) = self.window.get_or_insert((at, 0));
+        *count += n;
+        let span = at.duration_since(*start);
+        if span >= RATE_WINDOW {
+            self.rate = *count as f64 / span.as_secs_f64();
+            self.window = Some((at, 0));
+        }
+    }
+
+    /// Jobs to wait for before committing: those expected within [`GATHER`].
+    pub fn want(&self) -> usize {
+        ((self.rate * GATHER.as_secs_f64()) as usize).clamp(1, MAX_GROUP)
+    }
+
+    /// How long `missing` more jobs should take to arrive.
+    fn expected(&self, missing: usize) -> Duration {
+        if self.rate <= 0.0 {
+            return WINDOW;
+        }
+        Duration::from_secs_f64(missing as f64 / self.rate)
+    }
+}
+
+fn drain(rx: &Receiver<Job>, batch: &mut Vec<Job>) {
+    while batch.len() < MAX_GROUP {
+        match rx.try_recv() {
+            Ok(j) => batch.push(j),
+            Err(_) => return,
+        }
+    }
+}
+
+/// Another process's commits since the last look, read with `PRAGMA data_version`
+/// (which changes only for other connections' commits).
+struct Watch {
+    version: Option<i64>,
+}
+
+impl Watch {
+    fn changed(&mut self, conn: &Connection) -> bool {
+        let now: Option<i64> = conn.query_row("PRAGMA data_version", [], |r| r.get(0)).ok();
+        let changed = now.is_some() && self.version.is_some() && now != self.version;
+        self.version = now.or(self.version);
+        changed
+    }
+
+    /// Reads every account in memory again when another process committed.
+    fn refresh(&mut self, conn: &Connection, ledger: &Ledger) {
+        if !self.changed(conn) {
+            return;
+        }
+        for id in ledger.loaded() {
+            match figures(conn, &id) {
+                Ok(f) => ledger.reload(&id, f),
+                Err(e) => {
+                    tracing::warn!(key = %id, error = %e, "embedded store cannot re-read a key")
+                }
+            }
+        }
+    }
+}
+
+/// What the writer did: jobs run and commits made (how well groups form).
+#[derive(Default)]
+pub struct Counts {
+    pub jobs: AtomicU64,
+    pub commits: AtomicU64,
+}
+
+pub fn run(conn: Connection, rx: Receiver<Job>, ledger: Arc<Ledger>, counts: Arc<Counts>) {
+    let mut pace = Pace::default();
+    let mut watch = Watch { version: None };
+    watch.changed(&conn);
+    loop {
+        let first = match rx.recv_timeout(IDLE_CHECK) {
+            Ok(j) => j,
+            Err(RecvTimeoutError::Timeout) => {
+                watch.refresh(&conn, &ledger);
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let started = Instant::now();
+        let mut batch = vec![first];
+        drain(&rx, &mut batch);
+        // No more settles can come than requests hold money: one request at a time
+        // never waits, whatever the rate.
+        let want = pace.want().min(ledger.live().max(1));
+        let deadline = started + WINDOW;
+        while batch.len() < want {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            // Sleeping, not blocking on the queue: senders then never wake this thread.
+            std::thread::sleep(pace.expected(want - batch.len()).min(deadline - now));
+            drain(&rx, &mut batch);
+        }
+        pace.observe(batch.len(), started);
+        if let Err(e) = exec(&conn, "BEGIN IMMEDIATE", []) {
+            // Dropping the jobs drops their reply channels: each caller gets an error.
+            tracing::error!(error = %e, "embedded store cannot begin a transaction");
+            continue;
+        }
+        watch.refresh(&conn, &ledger);
+        batch.sort_by_key(|j| !j.early);
+        let mut poisoned = false;
+        let finishes: Vec<Finish> = batch
+            .into_iter()
+            .map(|job| {
+                let (finish, failed) = (job.run)(&conn);
+                poisoned |= failed;
+                finish
+            })
+            .collect();
+        let err = if poisoned {
+            Some(StoreError::Internal(
+                "a write of the group failed; the group was undone".into(),
+            ))
+        } else {
+            exec(&conn, "COMMIT", []).map_err(internal).err()
+        };
+        counts
+            .jobs
+            .fetch_add(finishes.len() as u64, Ordering::Relaxed);
+        counts.commits.fetch_add(1, Ordering::Relaxed);
+        if err.is_some() {
+            let _ = exec(&conn, "ROLLBACK", []);
+        }
+        for f in finishes {
+            f(err.clone());
+        }
+    }
+}
+
+/// How often the write-ahead log is copied back into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
+/// Passive checkpoints never block the writer; the log stays small under any load.
+pub fn checkpointer(conn: Connection, stop: mpsc::Receiver<()>) {
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
+        if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE);") {
+            tracing::warn!(error = %e, "embedded store checkpoint failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_form_only_when_jobs_come_fast_enough() {
+        let t0 = Instant::now();
+        let mut p = Pace::default();
+        // 1,000 jobs a second, one at a time: nothing waits.
+        for i in 1..200 {
+            p.observe(1, t0 + Duration::from_millis(i));
+        }
+        assert_eq!(p.want(), 1);
+        // 20,000 a second: a commit gathers those of a millisecond.
+        let t1 = t0 + Duration::from_secs(1);
+        for i in 1..300 {
+            p.observe(8, t1 + Duration::from_micros(400 * i));
+        }
+        assert!((15..=25).contains(&p.want()), "{}", p.want());
+        // Quiet again: the next window brings the rate down.
+        p.observe(1, t1 + Duration::from_secs(1));
+        assert_eq!(p.want(), 1);
+    }
+}

@@ -1,0 +1,463 @@
+//! The Redis backend: several gateway instances share one Redis (or Redis Cluster).
+//!
+//! Every check-and-change in Redis is one Lua script ([`scripts`]): atomic, so
+//! concurrent requests on any number of instances can never spend past a key's cap.
+//! Layout (everything of one key carries its id as a hash tag, `{ID}`: one Cluster slot):
+//! - `gw:key:{ID}`  hash: the record, plus `quota_used`, `quota_reserved`, `lease_slack`,
+//!   `wanted_until`
+//! - `gw:rsv:{ID}`  zset: hold id → expiry (unix seconds); leases are holds too
+//! - `gw:rsva:{ID}` hash: hold id → amount
+//! - `gw:done:{ID}` zset: settled (or released) reservation id → when: the tombstones of
+//!   per-request settles, pruned after [`SETTLED_KEEP_SECS`]
+//! - `gw:seq:{ID}`  hash: lease → the last batch of settles applied from it: the batches'
+//!   tombstones
+//! - `gw:rl:{ID}:<minute>` counter with a TTL
+//! - `gw:log:{ID}`  stream of usage records, capped
+//! - `gw:keys`      set of all ids (for listing; maintained after the per-key script)
+//! - video tasks: `gw:task:{ID}:<task_id>` and `gw:tasks:due` (see [`tasks`])
+//!
+//! **Off the request path at steady state.** A key busy on an instance gets a lease
+//! ([`lease`], [`sync`]): part of its free quota held by that instance, from which its
+//! requests reserve and settle in memory; settles reach Redis in batches, a few
+//! milliseconds apart. A key that is quiet, near the end of its quota, or wanted by
+//! another instance is served by one script per request. Request limits are counted in
+//! blocks ([`rate`]).
+//!
+//! Time is Redis's own (`TIME` inside the scripts): instances whose clocks disagree still
+//! agree on when a reservation expires. (Redis 5 or later: scripts replicate their
+//! effects, so `TIME` before a write is allowed.)
+
+mod conn;
+mod lease;
+mod rate;
+mod records;
+mod scripts;
+mod sync;
+mod tasks;
+mod usage;
+
+pub use lease::LeaseOptions;
+
+#[cfg(doc)]
+use super::SETTLED_KEEP_SECS;
+use super::{
+    KeyPatch, KeyRecord, Micros, Reservation, ReserveDenied, Store, StoreError, StoreResult,
+    UsageRecord,
+};
+use async_trait::async_trait;
+use conn::{done, key, log, map_err, rsv, rsva, seqs, Conn};
+use lease::Local;
+use redis::{Cmd, FromRedisValue};
+use scripts::Scripts;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use sync::{Leases, Settled};
+
+const LOG_MAX: usize = 10_000;
+const KEYS_SET: &str = "gw:keys";
+/// How long a reserve waits for other instances to give back what their leases hold.
+const WANTED_WAIT: Duration = Duration::from_millis(1500);
+
+/// Reservations that outlive a request (video tasks, settled by whichever instance polls
+/// them): always by script.
+fn durable(reservation_id: &str) -> bool {
+    reservation_id.starts_with("task_")
+}
+
+pub struct RedisStore {
+    conn: Conn,
+    scripts: Arc<Scripts>,
+    leases: Arc<Leases>,
+    rates: Arc<rate::Rates>,
+}
+
+/// What the reserve script answered.
+enum Answer {
+    Granted(Micros),
+    Denied(ReserveDenied),
+    /// Other instances' leases hold the money: asked for it, try again.
+    Leased,
+}
+
+impl RedisStore {
+    /// Connects; fails with `Unavailable` if Redis cannot be reached now. Afterwards a
+    /// lost connection fails calls with `Unavailable` and is re-established by itself.
+    pub async fn connect(urls: &[String], cluster: bool) -> StoreResult<RedisStore> {
+        Self::connect_with(urls, cluster, LeaseOptions::default()).await
+    }
+
+    /// As [`RedisStore::connect`], with leases behaving as `opts` says. Runs its
+    /// background calls on the current Tokio runtime.
+    pub async fn connect_with(
+        urls: &[String],
+        cluster: bool,
+        opts: LeaseOptions,
+    ) -> StoreResult<RedisStore> {
+        let conn = Conn::connect(urls, cluster).await?;
+        let scripts = Arc::new(Scripts::new());
+        let leases = Arc::new(Leases::new(opts));
+        leases.spawn(conn.clone(), scripts.clone());
+        Ok(RedisStore {
+            conn,
+            scripts,
+            leases,
+            rates: Arc::new(rate::Rates::default()),
+        })
+    }
+
+    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> StoreResult<T> {
+        let mut c = self.conn.clone();
+        cmd.query_async(&mut c).await.map_err(map_err)
+    }
+
+    async fn hgetall(&self, id: &str) -> StoreResult<Option<KeyRecord>> {
+        let h: HashMap<String, String> = self.query(redis::cmd("HGETALL").arg(key(id))).await?;
+        if h.is_empty() {
+            return Ok(None);
+        }
+        records::record(&h).map(Some)
+    }
+
+    async fn reserve_script(
+        &self,
+        key_id: &str,
+        rid: &str,
+        min: Micros,
+        max: Micros,
+        ttl_secs: u64,
+    ) -> StoreResult<Answer> {
+        let (status, detail): (String, String) = self
+            .scripts
+            .reserve
+            .key(key(key_id))
+            .key(rsv(key_id))
+            .key(rsva(key_id))
+            .key(done(key_id))
+            .arg(rid)
+            .arg(min)
+            .arg(max)
+            .arg(ttl_secs.min(i64::MAX as u64 / 2))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(map_err)?;
+        if status == "ok" {
+            let amount = detail
+                .parse::<f64>()
+                .map_err(|_| StoreError::Internal(format!("bad grant {detail}")))?;
+            return Ok(Answer::Granted(amount as Micros));
+        }
+        Ok(match detail.as_str() {
+            "not_found" => Answer::Denied(ReserveDenied::NotFound),
+            "disabled" => Answer::Denied(ReserveDenied::Disabled),
+            "expired" => Answer::Denied(ReserveDenied::Expired),
+            "released" => Answer::Denied(ReserveDenied::Released),
+            "leased" => Answer::Leased,
+            _ => Answer::Denied(ReserveDenied::QuotaExhausted),
+        })
+    }
+
+    async fn settle_script(
+        &self,
+        r: &Reservation,
+        actual: Micros,
+        usage: Option<(&UsageRecord, String)>,
+    ) -> StoreResult<()> {
+        match usage {
+            None => {
+                let _: i64 = self
+                    .scripts
+                    .settle
+                    .key(key(&r.key_id))
+                    .key(rsv(&r.key_id))
+                    .key(rsva(&r.key_id))
+                    .key(done(&r.key_id))
+                    .arg(&r.id)
+                    .arg(actual.max(0))
+                    .invoke_async(&mut self.conn.clone())
+                    .await
+                    .map_err(map_err)?;
+            }
+            Some((u, text)) if u.key_id != r.key_id => {
+                // Another key's log lives in another slot: two steps, each once. The
+                // record's tombstone lives with that key's, under a name no reservation
+                // id takes.
+                Box::pin(self.settle_script(r, actual, None)).await?;
+                let _: i64 = self
+                    .scripts
+                    .log_once
+                    .key(done(&u.key_id))
+                    .key(log(&u.key_id))
+                    .arg(format!("\u{0}log {} {}", r.key_id, r.id))
+                    .arg(text)
+                    .arg(LOG_MAX)
+                    .invoke_async(&mut self.conn.clone())
+                    .await
+                    .map_err(map_err)?;
+            }
+            Some((_, text)) => {
+                let _: i64 = self
+                    .scripts
+                    .settle_log
+                    .key(key(&r.key_id))
+                    .key(rsv(&r.key_id))
+                    .key(rsva(&r.key_id))
+                    .key(done(&r.key_id))
+                    .key(log(&r.key_id))
+                    .arg(&r.id)
+                    .arg(actual.max(0))
+                    .arg(text)
+                    .arg(LOG_MAX)
+                    .invoke_async(&mut self.conn.clone())
+                    .await
+                    .map_err(map_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn settle_with(
+        &self,
+        r: &Reservation,
+        actual: Micros,
+        usage: Option<&UsageRecord>,
+    ) -> StoreResult<()> {
+        let text = usage
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
+        let same_key = usage.is_none_or(|u| u.key_id == r.key_id);
+        if same_key {
+            match self.leases.settle(&r.key_id, &r.id, actual, text.clone()) {
+                Settled::Local | Settled::Duplicate => return Ok(()),
+                Settled::NotLocal => {}
+            }
+        } else if self.leases.holds(&r.key_id, &r.id) {
+            // A lease's hold whose record belongs to another key: settled by script (the
+            // charge goes straight to the key; the lease keeps its money), then dropped.
+            let usage = usage.zip(text);
+            self.settle_script(r, actual, usage).await?;
+            self.leases.release(&r.key_id, &r.id);
+            return Ok(());
+        }
+        self.settle_script(r, actual, usage.zip(text)).await
+    }
+
+    /// Gives every lease back and sends every settled charge, waiting at most `within`.
+    /// Afterwards every reserve is one script.
+    pub async fn close_leases(&self, within: Duration) -> StoreResult<()> {
+        self.leases.close(within).await
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn create_key(&self, rec: &KeyRecord) -> StoreResult<()> {
+        let mut inv = self.scripts.create.key(key(&rec.id));
+        for (f, v) in records::fields(rec) {
+            if !v.is_empty() {
+                inv.arg(f).arg(v);
+            }
+        }
+        let created: i64 = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(map_err)?;
+        if created == 0 {
+            return Err(StoreError::Conflict(format!("key {} exists", rec.id)));
+        }
+        self.query::<()>(redis::cmd("SADD").arg(KEYS_SET).arg(&rec.id))
+            .await
+    }
+
+    async fn get_key(&self, id: &str) -> StoreResult<Option<KeyRecord>> {
+        // What this instance settled is in the record it reads.
+        self.leases.flush(&self.conn, &self.scripts, id).await?;
+        self.hgetall(id).await
+    }
+
+    async fn list_keys(&self) -> StoreResult<Vec<KeyRecord>> {
+        let ids: Vec<String> = self.query(redis::cmd("SMEMBERS").arg(KEYS_SET)).await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(r) = self.hgetall(&id).await? {
+                out.push(r);
+            }
+        }
+        out.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(out)
+    }
+
+    async fn update_key(&self, id: &str, patch: &KeyPatch) -> StoreResult<Option<KeyRecord>> {
+        let mut inv = self.scripts.update.key(key(id));
+        for (f, v) in records::patch_fields(patch) {
+            inv.arg(f).arg(v);
+        }
+        let v: Option<HashMap<String, String>> = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(map_err)?;
+        self.leases.stale(id);
+        match v {
+            Some(h) if !h.is_empty() => records::record(&h).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    async fn delete_key(&self, id: &str) -> StoreResult<bool> {
+        let n: i64 = self
+            .query(
+                redis::cmd("DEL")
+                    .arg(key(id))
+                    .arg(rsv(id))
+                    .arg(rsva(id))
+                    .arg(done(id))
+                    .arg(seqs(id)),
+            )
+            .await?;
+        self.leases.stale(id);
+        self.query::<()>(redis::cmd("SREM").arg(KEYS_SET).arg(id))
+            .await?;
+        Ok(n > 0)
+    }
+
+    async fn reserve(
+        &self,
+        key_id: &str,
+        reservation_id: &str,
+        min: Micros,
+        max: Micros,
+        ttl_secs: u64,
+    ) -> StoreResult<Result<Reservation, ReserveDenied>> {
+        let granted = |amount: Micros| Reservation {
+            id: reservation_id.to_string(),
+            key_id: key_id.to_string(),
+            amount,
+        };
+        if !durable(reservation_id) {
+            match self
+                .leases
+                .try_reserve(key_id, reservation_id, max, ttl_secs)
+            {
+                Err(d) => return Ok(Err(d)),
+                Ok(Local::Granted(r)) => return Ok(Ok(r)),
+                Ok(Local::TopUp) => {
+                    let grown = self
+                        .leases
+                        .sync(&self.conn, &self.scripts, key_id, max)
+                        .await;
+                    if grown.is_ok() {
+                        if let Ok(Local::Granted(r)) =
+                            self.leases
+                                .try_reserve(key_id, reservation_id, max, ttl_secs)
+                        {
+                            return Ok(Ok(r));
+                        }
+                    }
+                }
+                Ok(Local::Script) => {}
+            }
+        }
+        let deadline = tokio::time::Instant::now() + WANTED_WAIT;
+        let mut wait = Duration::from_millis(5);
+        loop {
+            match self
+                .reserve_script(key_id, reservation_id, min, max, ttl_secs)
+                .await?
+            {
+                Answer::Granted(amount) => {
+                    if !durable(reservation_id) {
+                        self.leases.note_script_grant(key_id, amount);
+                    }
+                    return Ok(Ok(granted(amount)));
+                }
+                Answer::Denied(d) => return Ok(Err(d)),
+                Answer::Leased if tokio::time::Instant::now() + wait < deadline => {
+                    // This instance's own lease, if any, gives back at once.
+                    self.leases.stale(key_id);
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_millis(100));
+                }
+                Answer::Leased => return Ok(Err(ReserveDenied::QuotaExhausted)),
+            }
+        }
+    }
+
+    async fn extend(&self, r: &Reservation, ttl_secs: u64) -> StoreResult<()> {
+        if self.leases.extend(&r.key_id, &r.id, ttl_secs) {
+            return Ok(());
+        }
+        let _: i64 = self
+            .scripts
+            .extend
+            .key(rsv(&r.key_id))
+            .arg(&r.id)
+            .arg(ttl_secs.min(i64::MAX as u64 / 2))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    async fn settle(&self, r: &Reservation, actual: Micros) -> StoreResult<()> {
+        self.settle_with(r, actual, None).await
+    }
+
+    async fn settle_logged(
+        &self,
+        r: &Reservation,
+        actual: Micros,
+        usage: &UsageRecord,
+    ) -> StoreResult<()> {
+        self.settle_with(r, actual, Some(usage)).await
+    }
+
+    async fn rate_hit(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<bool> {
+        self.rates
+            .hit(&self.conn, &self.scripts, key_id, rpm, now_ms)
+            .await
+    }
+
+    async fn append_usage(&self, rec: &UsageRecord) -> StoreResult<()> {
+        let text = serde_json::to_string(rec).map_err(|e| StoreError::Internal(e.to_string()))?;
+        self.query::<String>(
+            redis::cmd("XADD")
+                .arg(log(&rec.key_id))
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(LOG_MAX)
+                .arg("*")
+                .arg("r")
+                .arg(text),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn recent_usage(&self, key_id: &str, limit: usize) -> StoreResult<Vec<UsageRecord>> {
+        self.leases.flush(&self.conn, &self.scripts, key_id).await?;
+        let entries: Vec<(String, Vec<(String, String)>)> = self
+            .query(
+                redis::cmd("XREVRANGE")
+                    .arg(log(key_id))
+                    .arg("+")
+                    .arg("-")
+                    .arg("COUNT")
+                    .arg(limit),
+            )
+            .await?;
+        records::usage_entries(entries, limit)
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.query::<String>(&redis::cmd("PING")).await.map(|_| ())
+    }
+
+    fn usage_query(&self) -> Option<&dyn super::usage_query::UsageQuery> {
+        Some(self)
+    }
+
+    async fn close(&self) -> StoreResult<()> {
+        self.close_leases(Duration::from_secs(5)).await
+    }
+}
