@@ -342,6 +342,14 @@ fn main() {
                 cpu[k].2 += c.requests;
                 redis::add_work(&mut work[k].0, w0, w1);
                 work[k].1 += c.requests;
+                if let Some(w) =
+                    redis::per_request(w1.zip(w0).map(|(a, b)| a.since(&b)), c.requests)
+                {
+                    println!(
+                        "              redis per request: {:.3} scripts, {:.1} µs CPU ({:.1} µs in commands)",
+                        w.scripts, w.cpu_us, w.command_us
+                    );
+                }
                 println!(
                     "closed loop {round}  {:<28} {:>8.0} req/s  p99 {:>6.0} µs  errors {}  CPU µs/request: proxy {:.1} store {:.1}",
                     t.name,
@@ -377,14 +385,20 @@ fn main() {
                     plan.open_conns,
                     plan.open,
                 );
-                redis::add_work(&mut work[k].0, w0, redises.work(t));
+                let w1 = redises.work(t);
+                redis::add_work(&mut work[k].0, w0, w1);
                 work[k].1 += o.latency.len();
+                let w = redis::per_request(w1.zip(w0).map(|(a, b)| a.since(&b)), o.latency.len());
                 println!(
-                    "open loop {round}    {:<28} p50 {:>6.0} µs  p99 {:>6.0} µs  errors {}",
+                    "open loop {round}    {:<28} p50 {:>6.0} µs  p99 {:>6.0} µs  errors {}{}",
                     t.name,
                     scenarios::us(&o.latency, 0.5),
                     scenarios::us(&o.latency, 0.99),
-                    o.errors
+                    o.errors,
+                    w.map_or(String::new(), |w| format!(
+                        "  redis per request: {:.3} scripts, {:.1} µs CPU ({:.1} µs in commands)",
+                        w.scripts, w.cpu_us, w.command_us
+                    ))
                 );
                 runs[k].push(o);
             }

@@ -337,6 +337,7 @@ fn budget_verdicts() {
             scripts,
             commands: scripts * 3.0,
             cpu_us,
+            command_us: cpu_us / 2.0,
         })
     };
     let mut rs = vec![

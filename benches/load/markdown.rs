@@ -63,14 +63,14 @@ pub fn markdown(rs: &[TargetResult], meta: &Meta, lines: &[Line]) -> String {
             );
         }
     }
-    s.push_str("\n### Redis work per request (`INFO all` of every node, before and after each scenario)\n\n| target | scenario | requests | script calls | commands | redis-server CPU µs |\n|---|---|---:|---:|---:|---:|\n");
+    s.push_str("\n### Redis work per request (`INFO all` of every node, before and after each scenario)\n\n| target | scenario | requests | script calls | commands | redis-server CPU µs | of which in commands µs |\n|---|---|---:|---:|---:|---:|---:|\n");
     for r in rs {
         for (label, w) in [("closed loop", &r.redis), ("open loop", &r.redis_open)] {
             if let Some(w) = w {
                 let _ = writeln!(
                     s,
-                    "| {} | {label} | {} | {:.3} | {:.2} | {:.2} |",
-                    r.name, w.requests, w.scripts, w.commands, w.cpu_us
+                    "| {} | {label} | {} | {:.3} | {:.2} | {:.2} | {:.2} |",
+                    r.name, w.requests, w.scripts, w.commands, w.cpu_us, w.command_us
                 );
             }
         }

@@ -19,6 +19,9 @@ pub struct Work {
     pub scripts: u64,
     /// Every command (`total_commands_processed`).
     pub commands: u64,
+    /// Time spent in commands (`usec` of every `cmdstat_*` line), microseconds: the rest
+    /// of the CPU is Redis's own housekeeping and connection handling.
+    pub command_us: u64,
 }
 
 impl Work {
@@ -27,6 +30,7 @@ impl Work {
             cpu_secs: self.cpu_secs - before.cpu_secs,
             scripts: self.scripts.saturating_sub(before.scripts),
             commands: self.commands.saturating_sub(before.commands),
+            command_us: self.command_us.saturating_sub(before.command_us),
         }
     }
 
@@ -34,6 +38,7 @@ impl Work {
         self.cpu_secs += o.cpu_secs;
         self.scripts += o.scripts;
         self.commands += o.commands;
+        self.command_us += o.command_us;
     }
 }
 
@@ -47,12 +52,19 @@ pub fn parse_info(text: &str) -> Work {
         match name {
             "used_cpu_sys" | "used_cpu_user" => w.cpu_secs += value.parse().unwrap_or(0.0),
             "total_commands_processed" => w.commands = value.parse().unwrap_or(0),
-            "cmdstat_evalsha" | "cmdstat_eval" => {
-                w.scripts += value
+            n if n.starts_with("cmdstat_") => {
+                w.command_us += value
                     .split(',')
-                    .find_map(|kv| kv.strip_prefix("calls="))
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(0)
+                    .find_map(|kv| kv.strip_prefix("usec="))
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0);
+                if n == "cmdstat_evalsha" || n == "cmdstat_eval" {
+                    w.scripts += value
+                        .split(',')
+                        .find_map(|kv| kv.strip_prefix("calls="))
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0);
+                }
             }
             _ => {}
         }
@@ -273,6 +285,7 @@ pub fn per_request(w: Option<Work>, requests: u64) -> Option<RedisPer> {
         scripts: w.scripts as f64 / n,
         commands: w.commands as f64 / n,
         cpu_us: w.cpu_secs * 1e6 / n,
+        command_us: w.command_us as f64 / n,
     })
 }
 
@@ -284,6 +297,7 @@ pub fn add_work(acc: &mut Option<Work>, before: Option<Work>, after: Option<Work
         sum.cpu_secs += d.cpu_secs;
         sum.scripts += d.scripts;
         sum.commands += d.commands;
+        sum.command_us += d.command_us;
     }
 }
 
@@ -291,6 +305,6 @@ pub fn add_work(acc: &mut Option<Work>, before: Option<Work>, after: Option<Work
 pub fn self_check() {
     let info = "# CPU\r\nused_cpu_sys:1.5\r\nused_cpu_user:2.25\r\n# Stats\r\ntotal_commands_processed:42\r\n# Commandstats\r\ncmdstat_evalsha:calls=7,usec=70,usec_per_call=10.00\r\ncmdstat_eval:calls=1,usec=5\r\ncmdstat_get:calls=3,usec=1\r\n";
     let w = parse_info(info);
-    assert_eq!((w.scripts, w.commands), (8, 42));
+    assert_eq!((w.scripts, w.commands, w.command_us), (8, 42, 76));
     assert!((w.cpu_secs - 3.75).abs() < 1e-9);
 }

@@ -33,6 +33,8 @@ pub struct RedisPer {
     pub scripts: f64,
     pub commands: f64,
     pub cpu_us: f64,
+    /// Of which inside commands.
+    pub command_us: f64,
 }
 
 pub struct TargetResult {

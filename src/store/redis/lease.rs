@@ -54,7 +54,7 @@ impl Default for LeaseOptions {
             enabled: true,
             ttl_secs: 10,
             renew_every: Duration::from_secs(1),
-            flush_after: Duration::from_millis(5),
+            flush_after: Duration::from_millis(10),
             batch_max: 256,
             lease_after: 16,
             idle_after: Duration::from_secs(2),
