@@ -23,7 +23,6 @@ use bytes::BytesMut;
 use http::{Method, Response};
 use pingora::apps::http_app::ServeHttp;
 use pingora::protocols::http::ServerSession;
-use serde_json::Value;
 use std::sync::Arc;
 
 const MAX_ADMIN_BODY: usize = 1024 * 1024;
@@ -32,8 +31,7 @@ pub struct AdminApp {
     live: Arc<Live>,
 }
 
-/// An admin answer: a status and a JSON body.
-pub type Answer = Result<(u16, Value), GatewayError>;
+pub use super::params::Answer;
 
 impl AdminApp {
     pub fn new(live: Arc<Live>) -> AdminApp {

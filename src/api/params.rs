@@ -6,6 +6,9 @@ use crate::errors::GatewayError;
 use crate::store::usage_query::UsageFilter;
 use chrono::DateTime;
 
+/// An admin answer: a status and a JSON body.
+pub type Answer = Result<(u16, serde_json::Value), GatewayError>;
+
 /// The filters `GET /admin/usage` and `GET /admin/spend` share.
 pub const FILTERS: [&str; 5] = ["key", "model", "status", "from", "to"];
 

@@ -100,7 +100,7 @@ fn the_shared_configuration_is_valid_and_listens_where_the_files_say() {
         .args(["check-config", "--config"])
         .arg(deploy("gateway.yaml"))
         .env("GATEWAY_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("REDIS_URL", "redis://127.0.0.1:6379/0")
+        .env("REDIS_URL", "redis://redis.invalid/0")
         .output()
         .unwrap();
     assert!(
@@ -113,7 +113,7 @@ fn the_shared_configuration_is_valid_and_listens_where_the_files_say() {
         .args(["check-config", "--config"])
         .arg(deploy("gateway.yaml"))
         .env_remove("GATEWAY_ADMIN_TOKEN")
-        .env("REDIS_URL", "redis://127.0.0.1:6379/0")
+        .env("REDIS_URL", "redis://redis.invalid/0")
         .output()
         .unwrap();
     assert!(!out.status.success());
