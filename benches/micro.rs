@@ -145,6 +145,7 @@ fn usage(key_id: &str, request_id: &str) -> UsageRecord {
         status: 200,
         latency_ms: 1,
         stream: false,
+        group: None,
     }
 }
 

@@ -49,6 +49,9 @@ pub enum GatewayError {
     IpNotAllowed,
     ModelNotAllowed(String),
     QuotaExhausted,
+    /// A limit of the key's policy or of its group: 403 for money, 429 for tpm and
+    /// concurrency; `param` names it.
+    LimitReached(crate::store::Limit),
     ModelNotPriced(String),
     NotFound,
     ModelNotFound(String),
@@ -98,6 +101,10 @@ impl From<crate::store::ReserveDenied> for GatewayError {
             // The request's id was released after a reserve whose answer was lost: a store
             // fault the client may retry, like the store being unreachable.
             ReserveDenied::Released => GatewayError::StoreUnavailable,
+            ReserveDenied::Limit(l) => GatewayError::LimitReached(l),
+            // Answered by asking again with the key read anew; seen here only when the
+            // key's group kept changing under the request.
+            ReserveDenied::Stale => GatewayError::StoreUnavailable,
         }
     }
 }
@@ -139,6 +146,8 @@ impl GatewayError {
             BodyTooLarge(_) => 413,
             HeaderTooLarge(_) | TooManyHeaders(_) => 431,
             RateLimited => 429,
+            LimitReached(l) if l.is_money() => 403,
+            LimitReached(_) => 429,
             Internal => 500,
             NotImplemented => 501,
             StoreUnavailable | TooManyConnections => 503,
@@ -159,6 +168,8 @@ impl GatewayError {
             IpNotAllowed => "ip_not_allowed",
             ModelNotAllowed(_) => "model_not_allowed",
             QuotaExhausted => "insufficient_quota",
+            LimitReached(l) if l.is_money() => "insufficient_quota",
+            LimitReached(_) => "rate_limited",
             ModelNotPriced(_) => "model_not_priced",
             NotFound => "not_found",
             ModelNotFound(_) => "model_not_found",
@@ -188,6 +199,7 @@ impl GatewayError {
             GatewayError::ModelNotAllowed(_)
             | GatewayError::ModelNotPriced(_)
             | GatewayError::ModelNotFound(_) => Some("model"),
+            GatewayError::LimitReached(l) => Some(l.param()),
             _ => None,
         }
     }
@@ -210,6 +222,7 @@ impl GatewayError {
             IpNotAllowed => "Requests from this IP address are not allowed for this key.".into(),
             ModelNotAllowed(m) => format!("The model `{m}` is not allowed for this key."),
             QuotaExhausted => "The key's quota is exhausted.".into(),
+            LimitReached(l) => limit_message(*l),
             ModelNotPriced(m) => {
                 format!("The model `{m}` has no price configured and cannot be billed.")
             }
@@ -270,6 +283,33 @@ impl GatewayError {
             }),
         };
         serde_json::to_vec(&v).unwrap_or_default()
+    }
+}
+
+fn limit_message(l: crate::store::Limit) -> String {
+    use crate::store::{LimitKind, Scope};
+    let whose = match l.scope {
+        Scope::Key => "key",
+        Scope::Group => "key's group",
+    };
+    match l.kind {
+        LimitKind::Quota => format!("The {whose} quota is exhausted."),
+        LimitKind::Budget(p) => format!(
+            "The {whose} {} budget is spent; it is fresh at the start of the next {} in its time zone.",
+            match p {
+                crate::store::PeriodKind::Day => "daily",
+                crate::store::PeriodKind::Week => "weekly",
+                crate::store::PeriodKind::Month => "monthly",
+            },
+            p.as_str()
+        ),
+        LimitKind::Tpm => format!(
+            "The {whose} tokens-per-minute limit is reached; retry with exponential backoff."
+        ),
+        LimitKind::Concurrent => format!(
+            "The {whose} limit of requests in flight is reached; retry when one has finished."
+        ),
+        LimitKind::Group => "The key's group does not exist or is disabled.".into(),
     }
 }
 

@@ -186,6 +186,8 @@ pub async fn create(
         rpm: None,
         quota_limit: None,
         quota_used: 0,
+        group: None,
+        policy: Default::default(),
     };
     patch.apply(&mut rec);
     store.create_key(&rec).await.map_err(store_err)?;

@@ -191,6 +191,8 @@ mod tests {
             rpm: None,
             quota_limit: None,
             quota_used: 0,
+            group: None,
+            policy: Default::default(),
         }
     }
 

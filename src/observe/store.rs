@@ -7,8 +7,8 @@
 
 use super::Observer;
 use crate::store::{
-    KeyPatch, KeyRecord, Micros, Reservation, ReserveDenied, Store, StoreError, StoreResult,
-    TaskRecord, TaskRef, TaskStore, UsageRecord,
+    Ask, GroupPatch, GroupRecord, KeyPatch, KeyRecord, Micros, Periods, Reservation, ReserveDenied,
+    Scope, Standing, Store, StoreError, StoreResult, TaskRecord, TaskRef, TaskStore, UsageRecord,
 };
 use async_trait::async_trait;
 use std::future::Future;
@@ -37,6 +37,8 @@ pub const OPS: &[&str] = &[
     "save_task",
     "finish_task",
     "forget_task",
+    "groups",
+    "standing",
 ];
 
 #[derive(Clone, Copy)]
@@ -62,6 +64,8 @@ enum Op {
     SaveTask,
     FinishTask,
     ForgetTask,
+    Groups,
+    Standing,
 }
 
 pub struct Metered {
@@ -153,19 +157,18 @@ impl Store for Metered {
         self.time(Op::DeleteKey, self.inner.delete_key(id)).await
     }
 
-    async fn reserve(
+    async fn reserve_ask(
         &self,
         key_id: &str,
         reservation_id: &str,
-        min: Micros,
-        max: Micros,
+        ask: &Ask,
         ttl_secs: u64,
     ) -> StoreResult<Result<Reservation, ReserveDenied>> {
         let r = self
             .time(
                 Op::Reserve,
                 self.inner
-                    .reserve(key_id, reservation_id, min, max, ttl_secs),
+                    .reserve_ask(key_id, reservation_id, ask, ttl_secs),
             )
             .await;
         if let Ok(Ok(held)) = &r {
@@ -226,6 +229,41 @@ impl Store for Metered {
     async fn recent_usage(&self, key_id: &str, limit: usize) -> StoreResult<Vec<UsageRecord>> {
         self.time(Op::RecentUsage, self.inner.recent_usage(key_id, limit))
             .await
+    }
+
+    async fn create_group(&self, rec: &GroupRecord) -> StoreResult<()> {
+        self.time(Op::Groups, self.inner.create_group(rec)).await
+    }
+
+    async fn get_group(&self, id: &str) -> StoreResult<Option<GroupRecord>> {
+        self.time(Op::Groups, self.inner.get_group(id)).await
+    }
+
+    async fn list_groups(&self) -> StoreResult<Vec<GroupRecord>> {
+        self.time(Op::Groups, self.inner.list_groups()).await
+    }
+
+    async fn update_group(&self, id: &str, patch: &GroupPatch) -> StoreResult<Option<GroupRecord>> {
+        self.time(Op::Groups, self.inner.update_group(id, patch))
+            .await
+    }
+
+    async fn delete_group(&self, id: &str) -> StoreResult<bool> {
+        self.time(Op::Groups, self.inner.delete_group(id)).await
+    }
+
+    async fn standing(
+        &self,
+        scope: Scope,
+        id: &str,
+        periods: &Periods,
+        minute: i64,
+    ) -> StoreResult<Standing> {
+        self.time(
+            Op::Standing,
+            self.inner.standing(scope, id, periods, minute),
+        )
+        .await
     }
 
     async fn ping(&self) -> StoreResult<()> {

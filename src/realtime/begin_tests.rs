@@ -60,6 +60,8 @@ impl Fixture {
             rpm: None,
             quota_limit: quota,
             quota_used: 0,
+            group: None,
+            policy: Default::default(),
         };
         self.gw.store.create_key(&rec).await.unwrap();
         Arc::new(AuthKey::new(rec))

@@ -162,12 +162,12 @@ impl Meter {
                 self.spread_charge();
                 Ok(())
             }
-            Ok(Err(ReserveDenied::QuotaExhausted)) => Err(Refusal::Quota),
+            Ok(Err(ReserveDenied::QuotaExhausted | ReserveDenied::Limit(_))) => Err(Refusal::Quota),
             Ok(Err(ReserveDenied::Disabled | ReserveDenied::Expired | ReserveDenied::NotFound)) => {
                 Err(Refusal::KeyInactive)
             }
             // Its id was released after a lost answer: a store fault, never a grant.
-            Ok(Err(ReserveDenied::Released)) => Err(Refusal::Store),
+            Ok(Err(ReserveDenied::Released | ReserveDenied::Stale)) => Err(Refusal::Store),
             Err(e) if min == 0 => {
                 // The session still holds the floor: it goes on, and asks again after
                 // its next response.

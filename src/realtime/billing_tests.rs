@@ -49,6 +49,8 @@ async fn fixture(quota: Option<Micros>) -> Fixture {
         rpm: None,
         quota_limit: quota,
         quota_used: 0,
+        group: None,
+        policy: Default::default(),
     };
     store.create_key(&rec).await.unwrap();
     Fixture {
@@ -353,12 +355,11 @@ impl Store for Unreachable {
     async fn delete_key(&self, id: &str) -> crate::store::StoreResult<bool> {
         self.0.delete_key(id).await
     }
-    async fn reserve(
+    async fn reserve_ask(
         &self,
         _: &str,
         _: &str,
-        _: Micros,
-        _: Micros,
+        _: &crate::store::Ask,
         _: u64,
     ) -> crate::store::StoreResult<Result<Reservation, ReserveDenied>> {
         Err(crate::store::StoreError::Unavailable(
@@ -388,6 +389,37 @@ impl Store for Unreachable {
         limit: usize,
     ) -> crate::store::StoreResult<Vec<crate::store::UsageRecord>> {
         self.0.recent_usage(key_id, limit).await
+    }
+    async fn create_group(&self, g: &crate::store::GroupRecord) -> crate::store::StoreResult<()> {
+        self.0.create_group(g).await
+    }
+    async fn get_group(
+        &self,
+        id: &str,
+    ) -> crate::store::StoreResult<Option<crate::store::GroupRecord>> {
+        self.0.get_group(id).await
+    }
+    async fn list_groups(&self) -> crate::store::StoreResult<Vec<crate::store::GroupRecord>> {
+        self.0.list_groups().await
+    }
+    async fn update_group(
+        &self,
+        id: &str,
+        patch: &crate::store::GroupPatch,
+    ) -> crate::store::StoreResult<Option<crate::store::GroupRecord>> {
+        self.0.update_group(id, patch).await
+    }
+    async fn delete_group(&self, id: &str) -> crate::store::StoreResult<bool> {
+        self.0.delete_group(id).await
+    }
+    async fn standing(
+        &self,
+        scope: crate::store::Scope,
+        id: &str,
+        periods: &crate::store::Periods,
+        minute: i64,
+    ) -> crate::store::StoreResult<crate::store::Standing> {
+        self.0.standing(scope, id, periods, minute).await
     }
     async fn ping(&self) -> crate::store::StoreResult<()> {
         Err(crate::store::StoreError::Unavailable(

@@ -48,6 +48,8 @@ async fn fixture(quota: Option<Micros>) -> Fixture {
         rpm: None,
         quota_limit: quota,
         quota_used: 0,
+        group: None,
+        policy: Default::default(),
     };
     store.create_key(&rec).await.unwrap();
     Fixture {

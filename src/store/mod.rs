@@ -11,11 +11,16 @@
 //! state only through these types.
 
 pub mod embedded;
+pub mod policy;
 mod recent;
 pub mod redis;
 pub mod tasks;
 pub mod usage_query;
 
+pub use policy::{
+    Ask, GroupAsk, GroupPatch, GroupRecord, Limit, LimitKind, PeriodKind, Periods, Policy,
+    PolicyPatch, Scope, Standing,
+};
 pub use tasks::{TaskError, TaskRecord, TaskRef, TaskResult, TaskStatus, TaskStore};
 
 use async_trait::async_trait;
@@ -74,6 +79,12 @@ pub struct KeyRecord {
     pub quota_limit: Option<Micros>,
     /// Settled spend. Reservations in flight are not included.
     pub quota_used: Micros,
+    /// The group whose limits the key's requests must fit as well; `None` = none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// Period budgets, tpm, concurrency and the time zone of the periods.
+    #[serde(default)]
+    pub policy: Policy,
 }
 
 /// A partial update. `None` leaves a field as it is; `Some(None)` clears an optional field.
@@ -86,6 +97,8 @@ pub struct KeyPatch {
     pub allow_ips: Option<Vec<String>>,
     pub rpm: Option<Option<u32>>,
     pub quota_limit: Option<Option<Micros>>,
+    pub group: Option<Option<String>>,
+    pub policy: PolicyPatch,
 }
 
 impl KeyPatch {
@@ -112,6 +125,10 @@ impl KeyPatch {
         if let Some(v) = self.quota_limit {
             rec.quota_limit = v;
         }
+        if let Some(v) = &self.group {
+            rec.group = v.clone();
+        }
+        self.policy.apply(&mut rec.policy);
     }
 }
 
@@ -137,6 +154,10 @@ pub enum ReserveDenied {
     /// This reservation id was already settled or released: an id holds money once. A
     /// `reserve` retried after its first attempt was given up (and released) lands here.
     Released,
+    /// A limit of the key's policy or of its group (see [`policy::Limit::param`]).
+    Limit(Limit),
+    /// The key's group is not the one the [`Ask`] names: read the key again and ask anew.
+    Stale,
 }
 
 /// How long a settled reservation id is remembered (its tombstone): far longer than any
@@ -170,6 +191,9 @@ pub struct UsageRecord {
     pub status: u16,
     pub latency_ms: u64,
     pub stream: bool,
+    /// The group the request counted against, if its key is in one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,12 +247,38 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
     /// Idempotent by `reservation_id`: an id already held returns that same grant and holds
     /// nothing more (a retry after a lost reply); an id already settled or released is
     /// refused with [`ReserveDenied::Released`].
+    ///
+    /// Money only, as [`Store::reserve_ask`] with [`Ask::money`] at the store's clock: for
+    /// keys in no group (a key in one is refused as [`ReserveDenied::Stale`]).
     async fn reserve(
         &self,
         key_id: &str,
         reservation_id: &str,
         min: Micros,
         max: Micros,
+        ttl_secs: u64,
+    ) -> StoreResult<Result<Reservation, ReserveDenied>> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.reserve_ask(key_id, reservation_id, &Ask::money(min, max, now), ttl_secs)
+            .await
+    }
+
+    /// [`Store::reserve`] against every limit at once, in one atomic step as seen by every
+    /// other reserve: the key's lifetime cap, its period budgets (the counters of
+    /// `ask.periods`), `tpm` (`ask.tokens` in `ask.minute()`, all or nothing) and
+    /// `max_concurrent`, and the same limits of `ask.group`. The money granted is
+    /// `min(max, least left under any money limit)`; a refusal names the first limit that
+    /// refused ([`ReserveDenied::Limit`]; the key's lifetime cap stays
+    /// [`ReserveDenied::QuotaExhausted`]). The key's group must be `ask.group`'s, else
+    /// [`ReserveDenied::Stale`]. A hold remembers the counters it holds on, so its settle
+    /// and its expiry release those same counters even after a period boundary.
+    async fn reserve_ask(
+        &self,
+        key_id: &str,
+        reservation_id: &str,
+        ask: &Ask,
         ttl_secs: u64,
     ) -> StoreResult<Result<Reservation, ReserveDenied>>;
 
@@ -243,6 +293,11 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
     ///
     /// Exactly once: settling an id that was already settled changes nothing, so a call
     /// whose reply was lost can be retried with the same arguments.
+    ///
+    /// Every counter the hold was made on is settled with it: money counters get `actual`
+    /// in place of the hold, the tpm counter keeps the tokens held (or, from
+    /// `settle_logged`, the record's `prompt_tokens + completion_tokens`, never more than
+    /// held), and the request leaves the in-flight counts.
     async fn settle(&self, reservation: &Reservation, actual: Micros) -> StoreResult<()>;
 
     /// `settle` and `append_usage` as one step: one commit, one script. The relay ends
@@ -268,6 +323,25 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
     async fn append_usage(&self, rec: &UsageRecord) -> StoreResult<()>;
     /// The key's latest records, newest first, at most `limit`.
     async fn recent_usage(&self, key_id: &str, limit: usize) -> StoreResult<Vec<UsageRecord>>;
+
+    /// Groups: the same contract as keys (`Conflict` on an existing id, `None`/`false` on
+    /// a missing one). `quota_used` is the group's settled spend.
+    async fn create_group(&self, rec: &GroupRecord) -> StoreResult<()>;
+    async fn get_group(&self, id: &str) -> StoreResult<Option<GroupRecord>>;
+    /// Every group, sorted by `created_at` then `id`.
+    async fn list_groups(&self) -> StoreResult<Vec<GroupRecord>>;
+    async fn update_group(&self, id: &str, patch: &GroupPatch) -> StoreResult<Option<GroupRecord>>;
+    async fn delete_group(&self, id: &str) -> StoreResult<bool>;
+
+    /// What a key's (`Scope::Key`) or group's counters stand at: spend settled plus held
+    /// in each of `periods`, tokens counted in `minute` (unix minutes), requests in flight.
+    async fn standing(
+        &self,
+        scope: Scope,
+        id: &str,
+        periods: &Periods,
+        minute: i64,
+    ) -> StoreResult<Standing>;
 
     /// Cheap health probe (a PING, or nothing for the embedded store).
     async fn ping(&self) -> StoreResult<()>;

@@ -268,6 +268,7 @@ mod tests {
             status,
             latency_ms: 3,
             stream: false,
+            group: None,
         }
     }
 

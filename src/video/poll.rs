@@ -227,6 +227,7 @@ async fn finish(gw: &Gateway, t: TaskRecord) -> TaskRecord {
         },
         latency_ms: (now_ms - t.created_at * 1000).max(0) as u64,
         stream: false,
+        group: None,
     };
     match gw.store.finish_task(&t, &usage).await {
         Ok(true) => {

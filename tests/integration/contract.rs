@@ -85,6 +85,8 @@ pub(crate) async fn key(store: &dyn Store, id: &str) {
             rpm: None,
             quota_limit: Some(QUOTA),
             quota_used: 0,
+            group: None,
+            policy: Default::default(),
         })
         .await
         .unwrap();
@@ -153,6 +155,7 @@ pub(crate) fn usage(t: &TaskRecord) -> UsageRecord {
         status: 200,
         latency_ms: 100_000,
         stream: false,
+        group: None,
     }
 }
 

@@ -397,15 +397,14 @@ impl Store for Spy {
     async fn delete_key(&self, id: &str) -> Res<bool> {
         self.inner.delete_key(id).await
     }
-    async fn reserve(
+    async fn reserve_ask(
         &self,
         key_id: &str,
         id: &str,
-        min: Micros,
-        max: Micros,
+        ask: &model_gateway::store::Ask,
         ttl_secs: u64,
     ) -> Res<Result<Reservation, ReserveDenied>> {
-        self.inner.reserve(key_id, id, min, max, ttl_secs).await
+        self.inner.reserve_ask(key_id, id, ask, ttl_secs).await
     }
     async fn extend(&self, r: &Reservation, ttl_secs: u64) -> Res<()> {
         self.inner.extend(r, ttl_secs).await
@@ -430,6 +429,34 @@ impl Store for Spy {
     }
     async fn recent_usage(&self, key_id: &str, limit: usize) -> Res<Vec<UsageRecord>> {
         self.inner.recent_usage(key_id, limit).await
+    }
+    async fn create_group(&self, g: &model_gateway::store::GroupRecord) -> Res<()> {
+        self.inner.create_group(g).await
+    }
+    async fn get_group(&self, id: &str) -> Res<Option<model_gateway::store::GroupRecord>> {
+        self.inner.get_group(id).await
+    }
+    async fn list_groups(&self) -> Res<Vec<model_gateway::store::GroupRecord>> {
+        self.inner.list_groups().await
+    }
+    async fn update_group(
+        &self,
+        id: &str,
+        patch: &model_gateway::store::GroupPatch,
+    ) -> Res<Option<model_gateway::store::GroupRecord>> {
+        self.inner.update_group(id, patch).await
+    }
+    async fn delete_group(&self, id: &str) -> Res<bool> {
+        self.inner.delete_group(id).await
+    }
+    async fn standing(
+        &self,
+        scope: model_gateway::store::Scope,
+        id: &str,
+        periods: &model_gateway::store::Periods,
+        minute: i64,
+    ) -> Res<model_gateway::store::Standing> {
+        self.inner.standing(scope, id, periods, minute).await
     }
     async fn ping(&self) -> Res<()> {
         self.inner.ping().await

@@ -451,14 +451,14 @@ impl Store for EmbeddedStore {
         .map(|(_, deleted)| deleted)
     }
 
-    async fn reserve(
+    async fn reserve_ask(
         &self,
         key_id: &str,
         reservation_id: &str,
-        min: Micros,
-        max: Micros,
+        ask: &crate::store::Ask,
         ttl_secs: u64,
     ) -> StoreResult<Result<Reservation, ReserveDenied>> {
+        let (min, max) = (ask.min, ask.max);
         // The account is loaded at most once per key and process; a key deleted between
         // its load and this reserve is loaded again (and found missing).
         for _ in 0..3 {
@@ -557,6 +557,40 @@ impl Store for EmbeddedStore {
             .iter()
             .map(|t| serde_json::from_str(t).map_err(internal))
             .collect()
+    }
+
+    async fn create_group(&self, _rec: &crate::store::GroupRecord) -> StoreResult<()> {
+        Err(StoreError::Internal("groups: not yet".into()))
+    }
+
+    async fn get_group(&self, _id: &str) -> StoreResult<Option<crate::store::GroupRecord>> {
+        Err(StoreError::Internal("groups: not yet".into()))
+    }
+
+    async fn list_groups(&self) -> StoreResult<Vec<crate::store::GroupRecord>> {
+        Err(StoreError::Internal("groups: not yet".into()))
+    }
+
+    async fn update_group(
+        &self,
+        _id: &str,
+        _patch: &crate::store::GroupPatch,
+    ) -> StoreResult<Option<crate::store::GroupRecord>> {
+        Err(StoreError::Internal("groups: not yet".into()))
+    }
+
+    async fn delete_group(&self, _id: &str) -> StoreResult<bool> {
+        Err(StoreError::Internal("groups: not yet".into()))
+    }
+
+    async fn standing(
+        &self,
+        _scope: crate::store::Scope,
+        _id: &str,
+        _periods: &crate::store::Periods,
+        _minute: i64,
+    ) -> StoreResult<crate::store::Standing> {
+        Err(StoreError::Internal("standing: not yet".into()))
     }
 
     async fn ping(&self) -> StoreResult<()> {

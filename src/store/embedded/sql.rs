@@ -158,6 +158,8 @@ fn key_from_row(r: &Row<'_>) -> rusqlite::Result<KeyRecord> {
         rpm: r.get(9)?,
         quota_limit: r.get(10)?,
         quota_used: r.get(11)?,
+        group: None,
+        policy: Default::default(),
     })
 }
 

@@ -16,6 +16,8 @@ fn key(id: &str, quota: Micros) -> KeyRecord {
         rpm: None,
         quota_limit: Some(quota),
         quota_used: 0,
+        group: None,
+        policy: Default::default(),
     }
 }
 
@@ -311,6 +313,7 @@ async fn a_failed_plain_write_undoes_its_group() {
         status: 200,
         latency_ms: 1,
         stream: false,
+        group: None,
     })
     .await
     .unwrap();

@@ -186,6 +186,7 @@ mod tests {
             status,
             latency_ms: 1,
             stream: false,
+            group: None,
         }
     }
 
@@ -207,6 +208,8 @@ mod tests {
                 rpm: None,
                 quota_limit: None,
                 quota_used: 0,
+                group: None,
+                policy: Default::default(),
             })
             .await
             .unwrap();

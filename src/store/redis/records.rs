@@ -78,6 +78,8 @@ pub fn record(h: &HashMap<String, String>) -> StoreResult<KeyRecord> {
         rpm: get("rpm").and_then(|v| v.parse().ok()),
         quota_limit: num("quota_limit"),
         quota_used: num("quota_used").unwrap_or(0),
+        group: None,
+        policy: Default::default(),
     })
 }
 
