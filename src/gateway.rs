@@ -37,6 +37,8 @@ pub struct Gateway {
     /// Ends the answers still running when a graceful stop's grace period is over.
     pub cut: Arc<Cut>,
     pub observe: Arc<Observer>,
+    /// The clock and calendar period budgets are counted on.
+    pub calendar: Arc<crate::billing::Calendar>,
     /// 1 for the configuration the process started with, +1 per reload.
     pub generation: u64,
     live: Weak<Live>,
@@ -55,6 +57,7 @@ impl Gateway {
             )))),
             cut: Arc::new(Cut::new()),
             observe,
+            calendar: Arc::new(crate::billing::Calendar::new(&config.limits.time_zone)),
             store,
             config,
             generation: 1,
@@ -72,6 +75,10 @@ impl Gateway {
             connector: self.connector.clone(),
             cut: self.cut.clone(),
             observe: self.observe.clone(),
+            calendar: {
+                self.calendar.set_default(&config.limits.time_zone);
+                self.calendar.clone()
+            },
             config,
             generation,
             live: self.live.clone(),

@@ -1,7 +1,11 @@
-//! The `model-gateway` command: run the gateway, check a configuration, manage keys.
+//! The `model-gateway` command: run the gateway, check a configuration, manage keys and
+//! groups.
 
 use clap::{Args, Parser, Subcommand};
+use model_gateway::api::groups::{self, GroupInput};
 use model_gateway::api::keys::{self, KeyInput};
+use model_gateway::api::policy::PolicyInput;
+use model_gateway::billing::Calendar;
 use model_gateway::config::{Config, LogFormat};
 use model_gateway::errors::GatewayError;
 use model_gateway::gateway::open_store;
@@ -37,6 +41,11 @@ enum Command {
         #[command(subcommand)]
         action: KeysAction,
     },
+    /// Manage groups of keys (a team, a customer) in the configured store.
+    Groups {
+        #[command(subcommand)]
+        action: GroupsAction,
+    },
 }
 
 #[derive(Args)]
@@ -67,6 +76,82 @@ struct KeyFields {
     /// `enabled` or `disabled`.
     #[arg(long)]
     status: Option<String>,
+    /// The group whose limits the key's requests must fit as well; `none` for none.
+    #[arg(long)]
+    group: Option<String>,
+    #[command(flatten)]
+    policy: PolicyFields,
+}
+
+/// Limits keys and groups share; each takes `none` to clear it.
+#[derive(Args)]
+struct PolicyFields {
+    /// Spend budget per day in USD (calendar day in the time zone).
+    #[arg(long)]
+    budget_day_usd: Option<String>,
+    /// Spend budget per week (Monday to Sunday) in USD.
+    #[arg(long)]
+    budget_week_usd: Option<String>,
+    /// Spend budget per calendar month in USD.
+    #[arg(long)]
+    budget_month_usd: Option<String>,
+    /// Tokens per minute.
+    #[arg(long)]
+    tpm: Option<String>,
+    /// Requests and streams in flight at once.
+    #[arg(long)]
+    max_concurrent: Option<String>,
+    /// IANA time zone of the budgets' calendar (default: the gateway's `limits.time_zone`).
+    #[arg(long)]
+    time_zone: Option<String>,
+}
+
+#[derive(Args)]
+struct GroupFields {
+    #[arg(long)]
+    name: Option<String>,
+    /// Lifetime spend cap of the whole group in USD; `none` for unlimited.
+    #[arg(long)]
+    quota_usd: Option<String>,
+    /// `enabled` or `disabled` (a disabled group's keys are refused).
+    #[arg(long)]
+    status: Option<String>,
+    #[command(flatten)]
+    policy: PolicyFields,
+}
+
+#[derive(Subcommand)]
+enum GroupsAction {
+    /// Create a group.
+    Create {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        id: String,
+        #[command(flatten)]
+        fields: GroupFields,
+    },
+    /// List every group.
+    List(ConfigArg),
+    /// Show one group, each limit with what is used and left now, and its keys.
+    Show {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        id: String,
+    },
+    /// Change a group's fields.
+    Update {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        id: String,
+        #[command(flatten)]
+        fields: GroupFields,
+    },
+    /// Delete a group no key belongs to.
+    Delete {
+        #[command(flatten)]
+        cfg: ConfigArg,
+        id: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -133,6 +218,33 @@ impl KeyFields {
             },
             allow_ips: self.allow_ips.clone(),
             rpm: none_or(&self.rpm, "rpm")?,
+            group: none_or(&self.group, "group")?,
+            policy: self.policy.input()?,
+        })
+    }
+}
+
+impl PolicyFields {
+    fn input(&self) -> Result<PolicyInput, String> {
+        Ok(PolicyInput {
+            budget_day_usd: none_or(&self.budget_day_usd, "budget-day-usd")?,
+            budget_week_usd: none_or(&self.budget_week_usd, "budget-week-usd")?,
+            budget_month_usd: none_or(&self.budget_month_usd, "budget-month-usd")?,
+            tpm: none_or(&self.tpm, "tpm")?,
+            max_concurrent: none_or(&self.max_concurrent, "max-concurrent")?,
+            time_zone: none_or(&self.time_zone, "time-zone")?,
+        })
+    }
+}
+
+impl GroupFields {
+    fn input(&self, id: Option<String>) -> Result<GroupInput, String> {
+        Ok(GroupInput {
+            id,
+            name: self.name.clone(),
+            status: self.status.clone(),
+            quota_usd: none_or(&self.quota_usd, "quota-usd")?,
+            policy: self.policy.input()?,
         })
     }
 }
@@ -208,6 +320,52 @@ fn keys_command(action: KeysAction) -> Result<(), String> {
     })
 }
 
+fn groups_command(action: GroupsAction) -> Result<(), String> {
+    let cfg = match &action {
+        GroupsAction::Create { cfg, .. }
+        | GroupsAction::Show { cfg, .. }
+        | GroupsAction::Update { cfg, .. }
+        | GroupsAction::Delete { cfg, .. }
+        | GroupsAction::List(cfg) => load(cfg)?,
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    rt.block_on(async move {
+        let store = open_store(&cfg.store, false)
+            .await
+            .map_err(|e| format!("cannot open the store: {e}"))?;
+        let store = store.as_ref();
+        let calendar = Calendar::new(&cfg.limits.time_zone);
+        let v = match action {
+            GroupsAction::Create { id, fields, .. } => {
+                let g = groups::create(store, &fields.input(Some(id))?)
+                    .await
+                    .map_err(gw_err)?;
+                groups::view(&g)
+            }
+            GroupsAction::List(_) => groups::list(store).await.map_err(gw_err)?,
+            GroupsAction::Show { id, .. } => {
+                let g = groups::show(store, &id).await.map_err(gw_err)?;
+                groups::detail(store, &calendar, &g).await.map_err(gw_err)?
+            }
+            GroupsAction::Update { id, fields, .. } => {
+                let g = groups::update(store, &id, &fields.input(None)?)
+                    .await
+                    .map_err(gw_err)?;
+                groups::view(&g)
+            }
+            GroupsAction::Delete { id, .. } => {
+                groups::delete(store, &id).await.map_err(gw_err)?;
+                serde_json::json!({"id": id, "deleted": true})
+            }
+        };
+        println!("{}", pretty(&v));
+        Ok(())
+    })
+}
+
 /// The log goes to stderr, as text or as one JSON object per line (`log.format`).
 /// `RUST_LOG` filters it; the access log's target is `access`.
 fn init_log(format: LogFormat) {
@@ -240,6 +398,10 @@ fn main() -> ExitCode {
         Command::Keys { action } => {
             init_log(LogFormat::Text);
             keys_command(action)
+        }
+        Command::Groups { action } => {
+            init_log(LogFormat::Text);
+            groups_command(action)
         }
     };
     match result {

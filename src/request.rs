@@ -124,7 +124,7 @@ impl Ctx {
             status,
             latency_ms: self.started.elapsed().as_millis() as u64,
             stream: rec.stream,
-            group: None,
+            group: key.rec.group.clone(),
         };
         // Every usage record is made here: the request's observations read it from here.
         self.obs.facts = Some(crate::observe::request::Facts::of(&u));

@@ -13,8 +13,9 @@
 //! Every answer carries the console's security headers ([`super::console::SECURITY`]).
 
 use super::console::{self, Reply};
+use super::groups::{self, GroupInput};
 use super::keys::{self, KeyInput};
-use super::{catalog, ops, records, spend};
+use super::{catalog, ops, policy, records, spend};
 use crate::errors::{ErrorShape, GatewayError};
 use crate::gateway::{Gateway, Live};
 use crate::ids;
@@ -65,6 +66,9 @@ impl AdminApp {
         if let Some(rest) = path.strip_prefix("/admin/keys") {
             return keys_endpoint(&gw, s, method, rest).await;
         }
+        if let Some(rest) = path.strip_prefix("/admin/groups") {
+            return groups_endpoint(&gw, s, method, rest).await;
+        }
         let gw = gw.as_ref();
         match (method, path.as_str()) {
             (Method::GET, "/admin/channels") => Ok((200, ops::channels(&self.live))),
@@ -86,16 +90,20 @@ impl AdminApp {
     }
 }
 
+/// The id after a collection's path: `None` for the collection itself.
+fn item(rest: &str) -> Result<Option<String>, GatewayError> {
+    match rest {
+        "" => Ok(None),
+        rest => match rest.strip_prefix('/') {
+            Some(id) if !id.is_empty() && !id.contains('/') => Ok(Some(id.to_string())),
+            _ => Err(GatewayError::NotFound),
+        },
+    }
+}
+
 async fn keys_endpoint(gw: &Gateway, s: &mut ServerSession, method: Method, rest: &str) -> Answer {
     let store = gw.store.as_ref();
-    let id = match rest {
-        "" => None,
-        rest => match rest.strip_prefix('/') {
-            Some(id) if !id.is_empty() && !id.contains('/') => Some(id.to_string()),
-            _ => return Err(GatewayError::NotFound),
-        },
-    };
-    match (method, id) {
+    match (method, item(rest)?) {
         (Method::POST, None) => {
             let input = KeyInput::from_json(&read_body(s).await?)?;
             let (rec, view) = keys::create(store, &input).await?;
@@ -103,7 +111,12 @@ async fn keys_endpoint(gw: &Gateway, s: &mut ServerSession, method: Method, rest
             Ok((201, view))
         }
         (Method::GET, None) => Ok((200, keys::list(store).await?)),
-        (Method::GET, Some(id)) => Ok((200, keys::view(&keys::show(store, &id).await?))),
+        (Method::GET, Some(id)) => {
+            let rec = keys::show(store, &id).await?;
+            let mut v = keys::view(&rec);
+            v["limits"] = policy::key_limits(store, &gw.calendar, &rec).await?;
+            Ok((200, v))
+        }
         (Method::PATCH, Some(id)) => {
             let input = KeyInput::from_json(&read_body(s).await?)?;
             let rec = keys::update(store, &id, &input).await?;
@@ -116,6 +129,41 @@ async fn keys_endpoint(gw: &Gateway, s: &mut ServerSession, method: Method, rest
             Ok((
                 200,
                 serde_json::json!({"id": id, "object": "api_key", "deleted": true}),
+            ))
+        }
+        _ => Err(GatewayError::MethodNotAllowed),
+    }
+}
+
+async fn groups_endpoint(
+    gw: &Gateway,
+    s: &mut ServerSession,
+    method: Method,
+    rest: &str,
+) -> Answer {
+    let store = gw.store.as_ref();
+    match (method, item(rest)?) {
+        (Method::POST, None) => {
+            let input = GroupInput::from_json(&read_body(s).await?)?;
+            Ok((201, groups::view(&groups::create(store, &input).await?)))
+        }
+        (Method::GET, None) => Ok((200, groups::list(store).await?)),
+        (Method::GET, Some(id)) => {
+            let g = groups::show(store, &id).await?;
+            Ok((200, groups::detail(store, &gw.calendar, &g).await?))
+        }
+        (Method::PATCH, Some(id)) => {
+            let input = GroupInput::from_json(&read_body(s).await?)?;
+            Ok((
+                200,
+                groups::view(&groups::update(store, &id, &input).await?),
+            ))
+        }
+        (Method::DELETE, Some(id)) => {
+            groups::delete(store, &id).await?;
+            Ok((
+                200,
+                serde_json::json!({"id": id, "object": "key_group", "deleted": true}),
             ))
         }
         _ => Err(GatewayError::MethodNotAllowed),

@@ -2,6 +2,7 @@
 //! field names of the admin API. Money crosses this boundary as decimal USD and is
 //! stored as integer micro-USD.
 
+use super::policy::{parse_object, PolicyInput, POLICY_FIELDS};
 use crate::auth::keys;
 use crate::config::parse_net;
 use crate::errors::GatewayError;
@@ -14,7 +15,6 @@ use serde_json::{json, Value};
 /// Create and update input. On update, an absent field is left alone and `null` clears
 /// an optional one (`quota_usd: null` = unlimited).
 #[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct KeyInput {
     pub name: Option<String>,
     pub status: Option<String>,
@@ -26,10 +26,27 @@ pub struct KeyInput {
     pub allow_ips: Option<Vec<String>>,
     #[serde(default, deserialize_with = "nullable")]
     pub rpm: Option<Option<u32>>,
+    /// The group the key's requests must fit as well; `null`: none.
+    #[serde(default, deserialize_with = "nullable")]
+    pub group: Option<Option<String>>,
+    #[serde(flatten)]
+    pub policy: PolicyInput,
 }
 
+/// The fields a key takes besides [`POLICY_FIELDS`].
+const KEY_FIELDS: &[&str] = &[
+    "name",
+    "status",
+    "models",
+    "quota_usd",
+    "expires_at",
+    "allow_ips",
+    "rpm",
+    "group",
+];
+
 /// Distinguishes `"f": null` (Some(None)) from an absent field (None, via `default`).
-fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+pub(crate) fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
 where
     D: Deserializer<'de>,
     T: Deserialize<'de>,
@@ -43,18 +60,8 @@ fn bad(param: &str, msg: impl Into<String>) -> GatewayError {
 
 impl KeyInput {
     pub fn from_json(body: &[u8]) -> Result<KeyInput, GatewayError> {
-        if body.iter().all(u8::is_ascii_whitespace) {
-            return Ok(KeyInput::default());
-        }
-        serde_json::from_slice(body).map_err(|e| {
-            let msg = e.to_string();
-            // serde names the offending field in its message; surface it as `param`.
-            let param = msg.split('`').nth(1).map(str::to_string);
-            GatewayError::BadRequest {
-                param,
-                message: format!("Invalid key JSON: {msg}"),
-            }
-        })
+        let allowed: Vec<&str> = KEY_FIELDS.iter().chain(POLICY_FIELDS).copied().collect();
+        parse_object(body, "key", &allowed)
     }
 
     /// Validates every field into a patch.
@@ -123,6 +130,13 @@ impl KeyInput {
             }
             p.rpm = Some(r);
         }
+        if let Some(g) = &self.group {
+            if let Some(id) = g {
+                super::policy::group_id("group", id)?;
+            }
+            p.group = Some(g.clone());
+        }
+        p.policy = self.policy.to_patch()?;
         Ok(p)
     }
 }
@@ -145,7 +159,7 @@ pub fn rfc3339(secs: i64) -> String {
 
 /// The public view of a key: never the secret or its hash.
 pub fn view(r: &KeyRecord) -> Value {
-    json!({
+    let mut v = json!({
         "id": r.id,
         "object": "api_key",
         "name": r.name,
@@ -157,8 +171,26 @@ pub fn view(r: &KeyRecord) -> Value {
         "expires_at": r.expires_at.map(rfc3339),
         "allow_ips": r.allow_ips,
         "rpm": r.rpm,
+        "group": r.group,
         "created_at": rfc3339(r.created_at),
-    })
+    });
+    if let Some(obj) = v.as_object_mut() {
+        super::policy::view_into(obj, &r.policy);
+    }
+    v
+}
+
+/// A key may name only a group that exists.
+async fn check_group(store: &dyn Store, patch: &KeyPatch) -> Result<(), GatewayError> {
+    if let Some(Some(g)) = &patch.group {
+        if store.get_group(g).await.map_err(store_err)?.is_none() {
+            return Err(GatewayError::bad_request(
+                Some("group"),
+                format!("There is no group `{g}`."),
+            ));
+        }
+    }
+    Ok(())
 }
 
 pub fn store_err(e: crate::store::StoreError) -> GatewayError {
@@ -171,6 +203,7 @@ pub async fn create(
     input: &KeyInput,
 ) -> Result<(KeyRecord, Value), GatewayError> {
     let patch = input.to_patch()?;
+    check_group(store, &patch).await?;
     let secret = keys::generate().map_err(|_| GatewayError::Internal)?;
     let hash = keys::hash(&secret);
     let mut rec = KeyRecord {
@@ -215,6 +248,7 @@ pub async fn update(
     input: &KeyInput,
 ) -> Result<KeyRecord, GatewayError> {
     let patch = input.to_patch()?;
+    check_group(store, &patch).await?;
     store
         .update_key(id, &patch)
         .await

@@ -123,6 +123,8 @@ pub async fn serve_usage(gw: &Gateway, key: &AuthKey) -> Result<Answer, GatewayE
         "model_limits": rec.models,
         "expires_at": rec.expires_at.map(rfc3339),
         "rpm": rec.rpm,
+        "group": rec.group,
+        "limits": super::policy::key_limits(gw.store.as_ref(), &gw.calendar, &rec).await?,
     });
     Ok(Answer::json(200, body.to_string().into_bytes()))
 }

@@ -4,10 +4,12 @@
 pub mod admin;
 pub mod catalog;
 pub mod console;
+pub mod groups;
 pub mod keys;
 pub mod local;
 pub mod ops;
 pub mod params;
+pub mod policy;
 pub mod records;
 pub mod spend;
 

@@ -93,10 +93,15 @@ impl KeyCache {
         }
     }
 
-    /// Puts a record straight in (after an admin change on this instance).
+    /// Puts a record straight in (after an admin change on this instance). A key in a
+    /// group is read again on its next request instead (with its group).
     pub fn put(&self, rec: KeyRecord) {
         let id = rec.id.clone();
-        self.shared.insert(&id, Some(Arc::new(AuthKey::new(rec))));
+        if rec.group.is_some() {
+            self.invalidate(&id);
+        } else {
+            self.shared.insert(&id, Some(Arc::new(AuthKey::new(rec))));
+        }
     }
 
     pub fn invalidate(&self, id: &str) {
@@ -121,10 +126,21 @@ impl Shared {
             }
         };
         if let Some(tx) = leader {
-            let found = me.store.get_key(id).await;
+            let found = match me.store.get_key(id).await {
+                Ok(Some(rec)) => match &rec.group {
+                    Some(g) => me
+                        .store
+                        .get_group(g)
+                        .await
+                        .map(|group| Some(AuthKey::in_group(rec, group))),
+                    None => Ok(Some(AuthKey::new(rec))),
+                },
+                Ok(None) => Ok(None),
+                Err(e) => Err(e),
+            };
             let result = match found {
-                Ok(rec) => {
-                    let key = rec.map(|r| Arc::new(AuthKey::new(r)));
+                Ok(key) => {
+                    let key = key.map(Arc::new);
                     me.insert(id, key.clone());
                     Ok(key)
                 }

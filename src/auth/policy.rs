@@ -2,7 +2,7 @@
 
 use crate::config::parse_net;
 use crate::errors::GatewayError;
-use crate::store::{KeyRecord, KeyStatus};
+use crate::store::{GroupRecord, KeyRecord, KeyStatus};
 use http::HeaderMap;
 use ipnet::IpNet;
 use std::net::IpAddr;
@@ -11,13 +11,19 @@ use std::net::IpAddr;
 #[derive(Debug)]
 pub struct AuthKey {
     pub rec: KeyRecord,
+    /// The key's group as read with it (for the time zone of the group's periods).
+    pub group: Option<GroupRecord>,
     nets: Vec<IpNet>,
 }
 
 impl AuthKey {
     pub fn new(rec: KeyRecord) -> AuthKey {
+        AuthKey::in_group(rec, None)
+    }
+
+    pub fn in_group(rec: KeyRecord, group: Option<GroupRecord>) -> AuthKey {
         let nets = rec.allow_ips.iter().filter_map(|s| parse_net(s)).collect();
-        AuthKey { rec, nets }
+        AuthKey { rec, group, nets }
     }
 
     /// Disabled and expired keys are rejected for every path, local ones included.

@@ -11,7 +11,7 @@
 //!   and the same usage record; the store's settle is idempotent by reservation id, so a
 //!   retry after a lost reply charges and logs nothing twice.
 
-use crate::store::{Micros, Reservation, ReserveDenied, Store, StoreResult, UsageRecord};
+use crate::store::{Ask, Micros, Reservation, ReserveDenied, Store, StoreResult, UsageRecord};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,8 +27,8 @@ pub enum SettleOutcome {
     Deferred,
 }
 
-/// Reserves `min..=max` of the key's quota under `reservation_id` (see
-/// [`Store::reserve`]) and hands back a guard that owns the hold and keeps it alive for
+/// Reserves what `ask` asks of the key and its group under `reservation_id` (see
+/// [`Store::reserve_ask`]) and hands back a guard that owns the hold and keeps it alive for
 /// `ttl_secs` at a time. When the store call fails (`Unavailable` after a lost reply,
 /// or any other error) or this future is dropped before the store answered, the id is
 /// released in the background (an idempotent settle of 0, retried with back-off), so a
@@ -38,8 +38,7 @@ pub async fn reserve(
     store: &Arc<dyn Store>,
     key_id: &str,
     reservation_id: &str,
-    min: Micros,
-    max: Micros,
+    ask: &Ask,
     ttl_secs: u64,
 ) -> StoreResult<Result<ReservationGuard, ReserveDenied>> {
     let mut unanswered = Unanswered {
@@ -49,7 +48,7 @@ pub async fn reserve(
         armed: true,
     };
     let answer = store
-        .reserve(key_id, reservation_id, min, max, ttl_secs)
+        .reserve_ask(key_id, reservation_id, ask, ttl_secs)
         .await;
     match answer {
         Ok(granted) => {

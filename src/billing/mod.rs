@@ -11,8 +11,10 @@
 //! never exceed what was reserved. Settling replaces the reservation by the real cost
 //! from the upstream's usage.
 
+pub mod calendar;
 mod guard;
 
+pub use calendar::{Calendar, Clock};
 pub use guard::{reserve, ReservationGuard, SettleOutcome};
 
 use crate::config::raw::RawPrice;

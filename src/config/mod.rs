@@ -98,6 +98,8 @@ pub struct Limits {
     pub idle_keepalive: Option<Duration>,
     pub max_client_connections: usize,
     pub max_header_bytes: usize,
+    /// IANA name, known to the bundled zone database.
+    pub time_zone: String,
 }
 
 /// The largest `limits.max_header_bytes`: Pingora, which parses the header again, takes
@@ -380,6 +382,12 @@ impl Config {
             }
         };
         let telemetry = Telemetry::from_raw(raw.telemetry)?;
+        if crate::store::policy::time_zone(&raw.limits.time_zone).is_none() {
+            return Err(err(
+                "limits.time_zone",
+                "is not a time zone this build knows (an IANA name such as `Europe/Paris`, or `UTC`)",
+            ));
+        }
         if raw.upgrade_sock.trim().is_empty() {
             return Err(err("upgrade_sock", "must not be empty"));
         }
@@ -419,6 +427,7 @@ impl Config {
                     .then(|| Duration::from_secs(raw.limits.idle_keepalive_secs)),
                 max_client_connections: raw.limits.max_client_connections,
                 max_header_bytes: raw.limits.max_header_bytes,
+                time_zone: raw.limits.time_zone,
             },
             trusted_proxies,
             threads: raw.threads,

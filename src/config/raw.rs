@@ -209,6 +209,10 @@ pub struct RawLimits {
     /// Largest request header (request line and fields); larger ones get 431.
     #[serde(default = "default_max_header_bytes")]
     pub max_header_bytes: usize,
+    /// The IANA time zone whose calendar period budgets follow, for keys and groups
+    /// that name none.
+    #[serde(default = "default_time_zone")]
+    pub time_zone: String,
 }
 
 impl Default for RawLimits {
@@ -222,6 +226,7 @@ impl Default for RawLimits {
             idle_keepalive_secs: default_idle_keepalive(),
             max_client_connections: default_max_client_connections(),
             max_header_bytes: default_max_header_bytes(),
+            time_zone: default_time_zone(),
         }
     }
 }
@@ -240,6 +245,10 @@ fn default_idle_keepalive() -> u64 {
 
 fn default_max_client_connections() -> usize {
     16_384
+}
+
+fn default_time_zone() -> String {
+    "UTC".into()
 }
 
 fn default_max_header_bytes() -> usize {

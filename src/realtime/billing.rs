@@ -59,6 +59,8 @@ pub struct Account {
     pub key_id: String,
     pub request_id: String,
     pub ttl_secs: u64,
+    /// The session's first ask: extensions ask again in its periods and group.
+    pub ask: crate::store::Ask,
 }
 
 /// The session's usage, cost and reservations.
@@ -154,7 +156,13 @@ impl Meter {
         self.extensions += 1;
         let id = format!("{}-{}", self.account.request_id, self.extensions);
         let a = &self.account;
-        let outcome = crate::billing::reserve(&a.store, &a.key_id, &id, min, max, a.ttl_secs).await;
+        let ask = crate::store::Ask {
+            min,
+            max,
+            tokens: 0,
+            ..a.ask.clone()
+        };
+        let outcome = crate::billing::reserve(&a.store, &a.key_id, &id, &ask, a.ttl_secs).await;
         match outcome {
             Ok(Ok(guard)) => {
                 self.reserved = self.reserved.saturating_add(guard.amount());

@@ -77,6 +77,7 @@ impl Fixture {
                 key_id: self.key.clone(),
                 request_id: "req1".into(),
                 ttl_secs: 3600,
+                ask: crate::store::Ask::money(0, 0, 0),
             },
         )
     }
@@ -207,6 +208,7 @@ async fn cost_is_priced_on_the_running_total() {
             key_id: f.key.clone(),
             request_id: "r".into(),
             ttl_secs: 60,
+            ask: crate::store::Ask::money(0, 0, 0),
         },
     );
     for _ in 0..3 {
@@ -443,6 +445,7 @@ async fn a_store_failure_ends_only_a_session_short_of_the_floor() {
         key_id: f.key.clone(),
         request_id: "req1".into(),
         ttl_secs: 3600,
+        ask: crate::store::Ask::money(0, 0, 0),
     };
     let mut m = Meter::new(rt_price(), first, account);
     m.add(&usage(1000, 0, 100)); // 5_600: an extension is wanted, the floor still held

@@ -77,6 +77,7 @@ impl Fixture {
             key_id: self.key.clone(),
             request_id,
             ttl_secs: 3600,
+            ask: crate::store::Ask::money(0, 0, 0),
         };
         Link::new(
             "gpt-realtime".into(),

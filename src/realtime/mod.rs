@@ -68,7 +68,6 @@ mod upstream;
 
 pub use link::Link;
 
-use crate::api::store_error;
 use crate::auth::credentials::query_param;
 use crate::auth::AuthKey;
 use crate::billing::Price;
@@ -146,12 +145,16 @@ async fn begin(
         .ok_or_else(|| GatewayError::ModelNotPriced(model.clone()))?;
     let (min, max) = billing::first_block(&price);
     let ttl_secs = gw.config.limits.reservation_ttl_secs;
-    let first =
-        crate::billing::reserve(&gw.store, &key.rec.id, &ctx.request_id, min, max, ttl_secs)
-            .await
-            .map_err(|e| store_error(&e))??
-            .hand_over()
-            .ok_or(GatewayError::Internal)?;
+    let bounds = crate::relay::meter::Bounds {
+        min,
+        max,
+        tokens: 0,
+    };
+    let first = crate::relay::exchange::hold(gw, key, &ctx.request_id, bounds, ttl_secs)
+        .await?
+        .hand_over()
+        .ok_or(GatewayError::Internal)?;
+    let ask = gw.calendar.ask(&key.rec, key.group.as_ref(), min, max, 0);
     ctx.record_mut().channel = channel.name.clone();
     // Pingora ends a session silent both ways for 60 s (its client read timeout, restarted
     // by traffic either way); a realtime user may think longer. The channel's read
@@ -163,6 +166,7 @@ async fn begin(
         key_id: key.rec.id.clone(),
         request_id: ctx.request_id.clone(),
         ttl_secs,
+        ask,
     };
     Ok(Link::new(model, channel, Meter::new(price, first, account)))
 }

@@ -14,11 +14,13 @@
 use super::meter::{Bounds, Call, Cost, Delivery, Meter, Request};
 use super::upstream::{Exchange, OpenError, Outgoing};
 use super::ERROR_BODY_LIMIT;
+use crate::auth::AuthKey;
 use crate::billing::ReservationGuard;
 use crate::channels::Channel;
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use crate::request::{response_header, Answer, Ctx, LiveAnswer};
+use crate::store::ReserveDenied;
 use async_trait::async_trait;
 use bytes::Bytes;
 use pingora::proxy::Session;
@@ -26,25 +28,38 @@ use std::sync::Arc;
 use std::time::Instant;
 
 /// Holds the worst case of one request (or one realtime block, or one video task) on
-/// the caller's key; the guard releases it whichever way the request ends.
+/// the caller's key and its group; the guard releases it whichever way the request ends.
 /// `ttl_secs`: how long the hold outlives a crashed instance (a live guard extends it).
+/// A key whose group changed since it was read is read again, and asked for once more.
 pub async fn hold(
     gw: &Gateway,
-    key_id: &str,
+    key: &AuthKey,
     reservation_id: &str,
     bounds: Bounds,
     ttl: u64,
 ) -> Result<ReservationGuard, GatewayError> {
-    Ok(crate::billing::reserve(
-        &gw.store,
-        key_id,
-        reservation_id,
-        bounds.min,
-        bounds.max,
-        ttl,
-    )
-    .await
-    .map_err(|e| crate::api::store_error(&e))??)
+    let mut read_again: Option<Arc<AuthKey>> = None;
+    for _ in 0..2 {
+        let key = read_again.as_deref().unwrap_or(key);
+        let ask = gw.calendar.ask(
+            &key.rec,
+            key.group.as_ref(),
+            bounds.min,
+            bounds.max,
+            bounds.tokens,
+        );
+        match crate::billing::reserve(&gw.store, &key.rec.id, reservation_id, &ask, ttl)
+            .await
+            .map_err(|e| crate::api::store_error(&e))?
+        {
+            Err(ReserveDenied::Stale) => {
+                gw.keys.invalidate(&key.rec.id);
+                read_again = Some(gw.keys.get(&key.rec.id, &key.rec.hash).await?);
+            }
+            granted => return Ok(granted?),
+        }
+    }
+    Err(ReserveDenied::Stale.into())
 }
 
 /// Runs one metered exchange for the authenticated caller in `ctx`.
@@ -55,14 +70,10 @@ pub async fn run<R: Request>(
     candidates: &[Arc<Channel>],
     mut request: R,
 ) -> Result<Answer, GatewayError> {
-    let key_id = ctx
-        .key
-        .as_ref()
-        .map(|k| k.rec.id.clone())
-        .ok_or(GatewayError::Internal)?;
+    let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
     let reserving = Instant::now();
     let ttl = gw.config.limits.reservation_ttl_secs;
-    let held = hold(gw, &key_id, &ctx.request_id, request.bounds(), ttl).await;
+    let held = hold(gw, &key, &ctx.request_id, request.bounds(), ttl).await;
     if let Some(s) = ctx.obs.span("store.reserve", reserving, Instant::now()) {
         s.error(held.is_err());
     }

@@ -295,6 +295,7 @@ impl Request for MediaRequest {
         Bounds {
             min: self.worst,
             max: self.worst,
+            tokens: 0,
         }
     }
 

@@ -42,6 +42,9 @@ impl Cost {
 pub struct Bounds {
     pub min: Micros,
     pub max: Micros,
+    /// Counted against the key's tpm: the input bound plus the output limit asked for
+    /// (0 for endpoints not billed by the token).
+    pub tokens: u64,
 }
 
 /// One request toward one channel.

@@ -181,6 +181,8 @@ impl Request for TokenRequest<'_> {
             max: self
                 .input
                 .saturating_add(self.output_cost(self.output_tokens)),
+            tokens: crate::billing::input_token_bound(self.raw)
+                .saturating_add(self.output_tokens.saturating_mul(self.choices)),
         }
     }
 

@@ -220,8 +220,9 @@ async fn submit(
     let bounds = meter::Bounds {
         min: worst,
         max: worst,
+        tokens: 0,
     };
-    let mut guard = exchange::hold(gw, &key.rec.id, &id, bounds, ttl).await?;
+    let mut guard = exchange::hold(gw, key, &id, bounds, ttl).await?;
 
     let channels: Vec<Arc<Channel>> = candidates.iter().map(|(c, _)| c.clone()).collect();
     // The detail the task must remember, and the length asked, of the channel called last.

@@ -11,7 +11,7 @@ use crate::contract::{
 use model_gateway::billing::{self, SettleOutcome};
 use model_gateway::config::StoreConfig;
 use model_gateway::store::{
-    KeyRecord, Micros, Reservation, ReserveDenied, Store, TaskRecord, TaskRef, UsageRecord,
+    Ask, KeyRecord, Micros, Reservation, ReserveDenied, Store, TaskRecord, TaskRef, UsageRecord,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -189,7 +189,7 @@ async fn extend_pushes_a_live_hold_and_revives_none(cfg: StoreConfig) {
 async fn a_guard_keeps_its_hold_and_a_dead_instance_s_hold_expires(cfg: StoreConfig) {
     let store = open(&cfg).await;
     key(&*store, KEY).await;
-    let mut guard = billing::reserve(&store, KEY, "req-long", 0, 300_000, 2)
+    let mut guard = billing::reserve(&store, KEY, "req-long", &Ask::money(0, 300_000, 0), 2)
         .await
         .unwrap()
         .unwrap();
@@ -213,7 +213,13 @@ async fn a_guard_keeps_its_hold_and_a_dead_instance_s_hold_expires(cfg: StoreCon
                 .build()
                 .unwrap();
             let guard = rt
-                .block_on(billing::reserve(&shared, KEY, "req-crashed", 0, 500_000, 2))
+                .block_on(billing::reserve(
+                    &shared,
+                    KEY,
+                    "req-crashed",
+                    &Ask::money(0, 500_000, 0),
+                    2,
+                ))
                 .unwrap()
                 .unwrap();
             std::mem::forget(guard);
@@ -256,7 +262,7 @@ async fn a_settle_cancelled_mid_call_lands_exactly_once(cfg: StoreConfig) {
         key(&*inner, &key_id).await;
         let spy = Arc::new(Spy::new(inner.clone(), delay));
         let store: Arc<dyn Store> = spy.clone();
-        let mut guard = billing::reserve(&store, &key_id, "req-1", 0, 500_000, TTL)
+        let mut guard = billing::reserve(&store, &key_id, "req-1", &Ask::money(0, 500_000, 0), TTL)
             .await
             .unwrap()
             .unwrap();
@@ -306,7 +312,15 @@ async fn a_reserve_cancelled_before_its_answer_is_released(cfg: StoreConfig) {
     let mut cut = None;
     for attempt in 0..20 {
         let id = format!("req-gone-{attempt}");
-        if cut_after_one_poll(billing::reserve(&store, KEY, &id, 0, 400_000, TTL)).await {
+        if cut_after_one_poll(billing::reserve(
+            &store,
+            KEY,
+            &id,
+            &Ask::money(0, 400_000, 0),
+            TTL,
+        ))
+        .await
+        {
             cut = Some(id);
             break;
         }

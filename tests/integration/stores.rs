@@ -15,7 +15,7 @@ use crate::mock_upstream::{openai, MockUpstream, Reply};
 use crate::redis_server::RedisServer;
 use model_gateway::billing::{self, SettleOutcome};
 use model_gateway::config::StoreConfig;
-use model_gateway::store::{Reservation, ReserveDenied, Store, StoreError};
+use model_gateway::store::{Ask, Reservation, ReserveDenied, Store, StoreError};
 use serde_json::{json, Value};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -279,7 +279,7 @@ async fn flaky() -> Flaky {
     key(&*direct, WARM_KEY).await;
     for (n, logged) in [(0, false), (1, true)] {
         let id = format!("warm-{n}");
-        let mut g = billing::reserve(&store, WARM_KEY, &id, 0, 1, TTL)
+        let mut g = billing::reserve(&store, WARM_KEY, &id, &Ask::money(0, 1, 0), TTL)
             .await
             .unwrap()
             .unwrap();
@@ -305,7 +305,7 @@ async fn flaky() -> Flaky {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_settle_whose_reply_is_lost_is_retried_and_charged_once() {
     let f = flaky().await;
-    let mut guard = billing::reserve(&f.store, KEY, "req-1", 0, 500_000, TTL)
+    let mut guard = billing::reserve(&f.store, KEY, "req-1", &Ask::money(0, 500_000, 0), TTL)
         .await
         .unwrap()
         .unwrap();
@@ -347,7 +347,7 @@ async fn redis_settle_whose_reply_is_lost_is_retried_and_charged_once() {
 async fn redis_reserve_whose_reply_is_lost_is_released() {
     let f = flaky().await;
     f.proxy.drop_next_reply_then_cut();
-    let lost = billing::reserve(&f.store, KEY, "req-lost", 0, 400_000, TTL).await;
+    let lost = billing::reserve(&f.store, KEY, "req-lost", &Ask::money(0, 400_000, 0), TTL).await;
     assert!(
         matches!(lost, Err(StoreError::Unavailable(_))),
         "{:?}",
@@ -384,7 +384,7 @@ async fn redis_reserve_whose_reply_is_lost_is_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_hold_of_a_request_cut_off_expires_and_its_settle_lands_once() {
     let f = flaky().await;
-    let mut guard = billing::reserve(&f.store, KEY, "req-inflight", 0, 500_000, 2)
+    let mut guard = billing::reserve(&f.store, KEY, "req-inflight", &Ask::money(0, 500_000, 0), 2)
         .await
         .unwrap()
         .unwrap();
