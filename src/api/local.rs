@@ -132,6 +132,7 @@ pub async fn serve_usage(gw: &Gateway, key: &AuthKey) -> Result<Answer, GatewayE
 fn log_entry(r: &UsageRecord) -> Value {
     json!({
         "request_id": r.request_id,
+        "group": r.group,
         "created_at_ms": r.time_ms,
         "endpoint": r.endpoint,
         "model": r.model,

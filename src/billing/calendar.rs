@@ -11,21 +11,33 @@ use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-/// Unix seconds, with an offset tests can move (the clock a budget's day is read from).
+/// Unix seconds, which tests can move or stop (the clock a budget's day and a tpm
+/// minute are read from).
 #[derive(Debug, Default)]
 pub struct Clock {
     offset: AtomicI64,
+    /// Non-zero: `now()` reads this and stands still.
+    pinned: AtomicI64,
 }
 
 impl Clock {
     pub fn now(&self) -> i64 {
-        crate::ids::now_secs() + self.offset.load(Ordering::Relaxed)
+        match self.pinned.load(Ordering::Relaxed) {
+            0 => crate::ids::now_secs() + self.offset.load(Ordering::Relaxed),
+            at => at,
+        }
     }
 
-    /// Moves the clock so that `now()` reads `at` (tests of period boundaries).
+    /// Moves the clock so that `now()` reads `at`, and runs on from there.
     pub fn set(&self, at: i64) {
+        self.pinned.store(0, Ordering::Relaxed);
         self.offset
             .store(at - crate::ids::now_secs(), Ordering::Relaxed);
+    }
+
+    /// Stops the clock at `at` (a burst that must stay in one minute).
+    pub fn pin(&self, at: i64) {
+        self.pinned.store(at, Ordering::Relaxed);
     }
 }
 
@@ -130,5 +142,9 @@ mod tests {
         let c = Clock::default();
         c.set(1_000);
         assert!((1_000..1_005).contains(&c.now()));
+        c.pin(5_000);
+        assert_eq!(c.now(), 5_000);
+        c.set(7_000);
+        assert!((7_000..7_005).contains(&c.now()));
     }
 }

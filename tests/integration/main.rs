@@ -43,6 +43,7 @@ mod contract;
 mod deploy;
 mod edges;
 mod edges_http;
+mod key_policy;
 mod leases;
 mod lifecycle;
 mod local;
