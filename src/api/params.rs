@@ -10,7 +10,7 @@ use chrono::DateTime;
 pub type Answer = Result<(u16, serde_json::Value), GatewayError>;
 
 /// The filters `GET /admin/usage` and `GET /admin/spend` share.
-pub const FILTERS: [&str; 5] = ["key", "model", "status", "from", "to"];
+pub const FILTERS: [&str; 6] = ["key", "group", "model", "status", "from", "to"];
 
 pub struct Params(Vec<(String, String)>);
 
@@ -120,6 +120,7 @@ impl Params {
     pub fn filter(&self) -> Result<UsageFilter, GatewayError> {
         let f = UsageFilter {
             key_id: self.get("key").map(str::to_string),
+            group: self.get("group").map(str::to_string),
             model: self.get("model").map(str::to_string),
             status: self.status()?,
             from_ms: self.time_ms("from")?,

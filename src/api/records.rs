@@ -53,7 +53,7 @@ async fn key_index(
     Ok(keys.into_iter().map(|k| (k.id.clone(), k)).collect())
 }
 
-/// `GET /admin/usage?key=&model=&status=&from=&to=&limit=`: newest written first.
+/// `GET /admin/usage?key=&group=&model=&status=&from=&to=&limit=`: newest written first.
 pub async fn list(gw: &Gateway, query: Option<&str>) -> Answer {
     let mut known = FILTERS.to_vec();
     known.push("limit");

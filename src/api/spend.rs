@@ -106,7 +106,7 @@ pub fn shape(q: &SpendQuery, from: i64, to: i64, s: &Spend) -> Value {
     })
 }
 
-/// `GET /admin/spend?bucket=hour|day&group_by=model|channel|key&key=&model=&status=&from=&to=&utc_offset_minutes=`.
+/// `GET /admin/spend?bucket=hour|day&group_by=model|channel|key|group&key=&group=&model=&status=&from=&to=&utc_offset_minutes=`.
 pub async fn get(gw: &Gateway, query: Option<&str>) -> Answer {
     let mut known = FILTERS.to_vec();
     known.extend(["bucket", "group_by", "utc_offset_minutes"]);
@@ -126,7 +126,7 @@ pub async fn get(gw: &Gateway, query: Option<&str>) -> Answer {
         Some(g) => GroupBy::parse(g).ok_or_else(|| {
             GatewayError::bad_request(
                 Some("group_by"),
-                "`group_by` must be `model`, `channel` or `key`.",
+                "`group_by` must be `model`, `channel`, `key` or `group`.",
             )
         })?,
     };

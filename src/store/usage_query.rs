@@ -19,6 +19,8 @@ pub const MAX_SCAN: u64 = 2_000_000;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UsageFilter {
     pub key_id: Option<String>,
+    /// The group the records counted against.
+    pub group: Option<String>,
     pub model: Option<String>,
     /// Inclusive range of HTTP statuses (`4xx` = 400..=499).
     pub status: Option<(u16, u16)>,
@@ -30,6 +32,10 @@ pub struct UsageFilter {
 impl UsageFilter {
     pub fn matches(&self, r: &UsageRecord) -> bool {
         self.key_id.as_ref().is_none_or(|k| *k == r.key_id)
+            && self
+                .group
+                .as_ref()
+                .is_none_or(|g| r.group.as_ref() == Some(g))
             && self.model.as_ref().is_none_or(|m| *m == r.model)
             && self
                 .status
@@ -44,6 +50,8 @@ pub enum GroupBy {
     Model,
     Channel,
     Key,
+    /// The key's group (`""` for records of keys in none).
+    Group,
 }
 
 impl GroupBy {
@@ -52,6 +60,7 @@ impl GroupBy {
             "model" => Some(GroupBy::Model),
             "channel" => Some(GroupBy::Channel),
             "key" => Some(GroupBy::Key),
+            "group" => Some(GroupBy::Group),
             _ => None,
         }
     }
@@ -61,6 +70,7 @@ impl GroupBy {
             GroupBy::Model => &r.model,
             GroupBy::Channel => &r.channel,
             GroupBy::Key => &r.key_id,
+            GroupBy::Group => r.group.as_deref().unwrap_or(""),
         }
     }
 }

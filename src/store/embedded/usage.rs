@@ -37,6 +37,10 @@ fn select(f: &UsageFilter) -> (String, Vec<Sql>) {
         args.push(Sql::Text(k.clone()));
         conds.push(format!("key_id = ?{}", args.len()));
     }
+    if let Some(g) = &f.group {
+        args.push(Sql::Text(g.clone()));
+        conds.push(format!("json_extract(record, '$.group') = ?{}", args.len()));
+    }
     if let Some(m) = &f.model {
         args.push(Sql::Text(m.clone()));
         conds.push(format!("json_extract(record, '$.model') = ?{}", args.len()));
