@@ -708,4 +708,6 @@ impl Store for EmbeddedStore {
 }
 
 #[cfg(test)]
+mod policy_tests;
+#[cfg(test)]
 mod tests;
