@@ -334,6 +334,9 @@ impl Books {
             });
             if !lapsed.is_empty() {
                 lapsed.retain(|_, (at, _)| *at > now - SETTLED_KEEP_SECS);
+                for (at, _) in lapsed.values() {
+                    next = next.min(at.saturating_add(SETTLED_KEEP_SECS));
+                }
             }
         }
         self.next_expiry = next;

@@ -19,6 +19,15 @@
 //! a settle retried after a cancelled or failed call changes nothing. Rows older than
 //! [`super::SETTLED_KEEP_SECS`] are pruned as usage rows are, a batch every `PRUNE_EVERY`
 //! settles. Time is the store's own clock, never a caller's.
+//!
+//! Key policies and groups: a key's `group_id` and `policy` (JSON) are columns of `keys`
+//! (added to an older database when it opens), groups have a table of their own, and
+//! the settled spend of every budgeted period, of keys (`k:ID`) and groups (`g:ID`), is a
+//! row of `period_spend` written in the settle's commit, as is the group's `quota_used`.
+//! Reserves are checked against all of them in memory ([`ledger`]); tokens per minute and
+//! requests in flight are counted there only (see its notes). A task's reservation row
+//! keeps what its hold is on (`detail`), so its settle after a restart charges the same
+//! counters; the keys holding task reservations are loaded when the store opens.
 
 mod ledger;
 mod readers;

@@ -762,7 +762,8 @@ async fn a_burst_never_spends_past_a_key_or_group_budget() {
         }
     }
     assert!(a <= 1_000 && b <= 1_000 && a + b <= 1_500, "{a} {b}");
-    assert!(a + b > 1_400, "the budgets were used: {a} + {b}");
+    // Every refusal met a full budget; a settle gives back at most 2 of its grant.
+    assert!(a + b >= 1_500 - 2 * 64, "the budgets were used: {a} + {b}");
     assert_eq!(standing(&s, Scope::Key, "a", AT).await.day, a);
     assert_eq!(standing(&s, Scope::Key, "b", AT).await.day, b);
     let g = standing(&s, Scope::Group, "g", AT).await;
