@@ -631,7 +631,8 @@ impl Ledger {
         on: Option<&On>,
         tokens: Option<u64>,
     ) {
-        let now = self.clock.now();
+        // The clock only dates new period counters.
+        let now = if on.is_some() { self.clock.now() } else { 0 };
         let actual = actual.max(0);
         let mut guard = self.books.lock();
         let b = &mut *guard;
@@ -653,10 +654,11 @@ impl Ledger {
         }
         if let (true, Some(on)) = (first, on) {
             if let Some(g) = on.group.as_ref().and_then(|g| b.groups.get_mut(g)) {
+                // A group deleted since is not charged (its rows are not either).
                 if let Some(gf) = &mut g.figures {
                     gf.used += actual;
+                    g.c.charge(&on.group_periods, actual, now);
                 }
-                g.c.charge(&on.group_periods, actual, now);
             }
         }
     }

@@ -771,3 +771,37 @@ async fn a_burst_never_spends_past_a_key_or_group_budget() {
     assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, a + b);
     assert_eq!(s.get_key("a").await.unwrap().unwrap().quota_used, a);
 }
+
+#[tokio::test]
+async fn a_group_made_anew_starts_from_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_group(&group("g", Some(1_000), day_budget(1_000)))
+        .await
+        .unwrap();
+    s.create_key(&key("k", None, Some("g"), Policy::default()))
+        .await
+        .unwrap();
+    let a = ask(0, 400, AT, Some("g"));
+    let spent = grant(&s, "k", "r1", &a).await;
+    s.settle(&spent, 300).await.unwrap();
+    let late = grant(&s, "k", "r2", &a).await;
+    assert!(s.delete_group("g").await.unwrap());
+    // Settled after the group went: the key pays, the group's counters are gone.
+    s.settle(&late, 400).await.unwrap();
+    s.create_group(&group("g", Some(1_000), day_budget(1_000)))
+        .await
+        .unwrap();
+    assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, 0);
+    assert_eq!(
+        standing(&s, Scope::Group, "g", AT).await,
+        Standing::default()
+    );
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 700);
+    assert_eq!(
+        grant(&s, "k", "r3", &ask(0, 5_000, AT, Some("g")))
+            .await
+            .amount,
+        1_000
+    );
+}

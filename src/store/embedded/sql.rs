@@ -242,12 +242,16 @@ pub fn settle_hold_in(
         }
     }
     if let Some(g) = &on.group {
-        exec(
+        let n = exec(
             c,
             "UPDATE groups SET quota_used = quota_used + ?2 WHERE id = ?1",
             params![g, actual],
         )
         .map_err(internal)?;
+        if n == 0 {
+            // Deleted since: its counters went with it (a group made anew starts afresh).
+            return Ok(first);
+        }
         let scope = group_scope(g);
         for (label, end) in &on.group_periods {
             spend(&scope, label, *end)?;
