@@ -695,6 +695,10 @@ impl Store for EmbeddedStore {
                 if let Some(s) = self.ledger.group_standing(id, periods, minute) {
                     return Ok(s);
                 }
+                // An unknown id is not remembered: only reserves load missing groups.
+                if self.get_group(id).await?.is_none() {
+                    return Ok(Standing::default());
+                }
                 self.load_group(id).await?;
                 true
             }
