@@ -356,7 +356,7 @@ async fn spent_then_fresh(
     // The new period counts only what was spent in it.
     let l = e.limit(&key, param).await;
     assert_eq!(l["used_micro_usd"], COST, "{l}");
-    assert_eq!(l["resets_at"].as_str().is_some(), true);
+    assert!(l["resets_at"].as_str().is_some());
 }
 
 async fn periods_roll_over_on_the_calendar(setup: Setup) {
