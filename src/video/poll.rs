@@ -207,6 +207,12 @@ async fn fail(gw: &Gateway, mut t: TaskRecord, code: &str, message: &str) -> Tas
 /// the store holds.
 async fn finish(gw: &Gateway, t: TaskRecord) -> TaskRecord {
     let now_ms = ids::now_ms();
+    // The group the task's hold counted against: the key's (a read of a key that is gone
+    // or a store that fails names none; the charge itself does not depend on it).
+    let group = match gw.store.get_key(&t.key_id).await {
+        Ok(Some(k)) => k.group,
+        _ => None,
+    };
     let usage = UsageRecord {
         request_id: t.id.clone(),
         time_ms: now_ms,
@@ -227,7 +233,7 @@ async fn finish(gw: &Gateway, t: TaskRecord) -> TaskRecord {
         },
         latency_ms: (now_ms - t.created_at * 1000).max(0) as u64,
         stream: false,
-        group: None,
+        group,
     };
     match gw.store.finish_task(&t, &usage).await {
         Ok(true) => {
