@@ -1,5 +1,6 @@
 //! The embedded store's money in memory: for every key a request has reserved on, its
-//! limit, status, expiry and settled spend, and the holds of the requests in flight.
+//! limit, status, expiry, policy and settled spend, the same for the groups of those keys,
+//! and the holds of the requests in flight.
 //!
 //! A reserve is decided here alone, under one lock, with no SQLite statement: a single
 //! node's requests do not outlive its process, so their holds need not be on disk (a
@@ -12,13 +13,29 @@
 //!   be missing from what it read; another process's changes (the CLI) are read again the
 //!   same way ([`Ledger::reload`]).
 //!
+//! Beyond the lifetime cap, a key and its group have the counters of their policy:
+//! - spend per calendar period, named by the period's label (`day:1795478400`): settled
+//!   plus held. The settled part is durable (the `period_spend` table, written in the
+//!   settle's commit) and read back with the account; a period no budget limits is not
+//!   counted, so a key without budgets writes nothing more than before;
+//! - tokens per minute and requests in flight live here only: the store serves one
+//!   process, and a restart ends every request in flight anyway (their tokens, counted in
+//!   a minute about to end, are forgotten with them).
+//!
+//! A hold remembers the counters it is on ([`On`]), so its settle and its expiry release
+//! exactly those, whatever the clock or the policy say by then; a hold that expired keeps
+//! that memory until it is settled (or for [`SETTLED_KEEP_SECS`]), so a late settle still
+//! charges the periods and the group it was held on.
+//!
 //! Video task reservations (`task_...`) outlive the process: they are written to the
-//! `reservations` table as well, and loaded with their account.
+//! `reservations` table as well, with what they are on, and loaded when the store opens.
 
 use super::Clock;
+use crate::store::policy::{Ask, Limit, LimitKind, PeriodKind, Periods, Policy, Standing};
 use crate::store::recent::RecentIds;
-use crate::store::{KeyStatus, Micros, Reservation, ReserveDenied};
+use crate::store::{KeyRecord, KeyStatus, Micros, Reservation, ReserveDenied, SETTLED_KEEP_SECS};
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -35,43 +52,307 @@ pub struct Figures {
     pub expires_at: Option<i64>,
     pub limit: Option<Micros>,
     pub used: Micros,
+    pub group: Option<String>,
+    pub policy: Policy,
 }
 
-#[derive(Debug, Clone, Copy)]
+/// What a group's share of a reservation is checked against, as committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupFigures {
+    pub status: KeyStatus,
+    pub limit: Option<Micros>,
+    pub used: Micros,
+    pub policy: Policy,
+}
+
+/// The money counters a hold is on beyond its key's lifetime cap: the key's period
+/// labels (each with the second its period ends), its group and the group's labels.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct On {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key: Vec<(String, i64)>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub group_periods: Vec<(String, i64)>,
+}
+
+/// What a task's reservation row keeps beyond its amount (`reservations.detail`, JSON).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Detail {
+    #[serde(default)]
+    pub tokens: u64,
+    #[serde(default)]
+    pub minute: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<On>,
+}
+
+/// A task's hold as read back from the `reservations` table.
+#[derive(Debug, Clone)]
+pub struct DurableHold {
+    pub id: String,
+    pub amount: Micros,
+    pub expires: i64,
+    pub detail: Detail,
+}
+
+#[derive(Debug, Clone)]
 struct Hold {
     amount: Micros,
     /// Unix seconds, the store's clock.
     expires: i64,
+    tokens: u64,
+    minute: i64,
+    /// `None` for a key with no budget and no group: nothing beyond the lifetime cap.
+    on: Option<Box<On>>,
+}
+
+impl Hold {
+    fn detail(&self) -> Detail {
+        Detail {
+            tokens: self.tokens,
+            minute: self.minute,
+            on: self.on.as_deref().cloned(),
+        }
+    }
+}
+
+/// One period's spend: settled (durable) and held.
+#[derive(Debug, Clone, Copy, Default)]
+struct Spend {
+    end: i64,
+    settled: Micros,
+    held: Micros,
+}
+
+/// Minutes whose token counts are kept (a ring: the current one and a few before).
+const MINUTE_SLOTS: usize = 4;
+
+/// Period counters are kept this long after their period ended: a caller's clock may
+/// lag the store's.
+pub const STALE_PERIOD: i64 = 86_400;
+
+fn slot(minute: i64) -> usize {
+    minute.rem_euclid(MINUTE_SLOTS as i64) as usize
+}
+
+/// The counters a key and a group both have.
+struct Counters {
+    /// Money held over the lifetime cap.
+    held: Micros,
+    periods: HashMap<String, Spend>,
+    /// (unix minute, tokens counted in it).
+    minutes: [(i64, u64); MINUTE_SLOTS],
+    in_flight: u32,
+}
+
+impl Counters {
+    fn new(periods: Vec<(String, i64, Micros)>) -> Counters {
+        Counters {
+            held: 0,
+            periods: periods
+                .into_iter()
+                .map(|(label, end, settled)| {
+                    let s = Spend {
+                        end,
+                        settled,
+                        held: 0,
+                    };
+                    (label, s)
+                })
+                .collect(),
+            minutes: [(i64::MIN, 0); MINUTE_SLOTS],
+            in_flight: 0,
+        }
+    }
+
+    fn tokens(&self, minute: i64) -> u64 {
+        let s = self.minutes[slot(minute)];
+        if s.0 == minute {
+            s.1
+        } else {
+            0
+        }
+    }
+
+    fn add_tokens(&mut self, minute: i64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let s = &mut self.minutes[slot(minute)];
+        if s.0 < minute {
+            *s = (minute, 0);
+        }
+        if s.0 == minute {
+            s.1 = s.1.saturating_add(n);
+        }
+    }
+
+    fn drop_tokens(&mut self, minute: i64, n: u64) {
+        let s = &mut self.minutes[slot(minute)];
+        if s.0 == minute {
+            s.1 = s.1.saturating_sub(n);
+        }
+    }
+
+    /// Settled plus held in the period labelled `label`.
+    fn spent(&self, label: &str) -> Micros {
+        self.periods.get(label).map_or(0, |s| s.settled + s.held)
+    }
+
+    fn period(&mut self, label: &str, end: i64, now: i64) -> &mut Spend {
+        if !self.periods.contains_key(label) {
+            // A new period: those long over go (once a period, not once a request).
+            self.periods
+                .retain(|_, s| s.held != 0 || s.end > now - STALE_PERIOD);
+            self.periods.insert(
+                label.to_string(),
+                Spend {
+                    end,
+                    ..Spend::default()
+                },
+            );
+        }
+        self.periods.get_mut(label).expect("inserted above")
+    }
+
+    fn hold(&mut self, labels: &[(String, i64)], amount: Micros, now: i64) {
+        self.held += amount;
+        for (label, end) in labels {
+            self.period(label, *end, now).held += amount;
+        }
+        self.in_flight += 1;
+    }
+
+    fn release(&mut self, labels: &[(String, i64)], amount: Micros) {
+        self.held -= amount;
+        for (label, _) in labels {
+            if let Some(s) = self.periods.get_mut(label) {
+                s.held -= amount;
+            }
+        }
+        self.in_flight = self.in_flight.saturating_sub(1);
+    }
+
+    fn charge(&mut self, labels: &[(String, i64)], actual: Micros, now: i64) {
+        for (label, end) in labels {
+            self.period(label, *end, now).settled += actual;
+        }
+    }
+
+    fn standing(&self, periods: &Periods, minute: i64) -> Standing {
+        let at = |kind: PeriodKind| self.spent(&periods.get(kind).label());
+        Standing {
+            day: at(PeriodKind::Day),
+            week: at(PeriodKind::Week),
+            month: at(PeriodKind::Month),
+            minute_tokens: self.tokens(minute),
+            in_flight: self.in_flight,
+        }
+    }
 }
 
 struct Account {
     figures: Figures,
-    held: Micros,
+    c: Counters,
     holds: HashMap<String, Hold>,
+    /// Holds that expired before their settle, by id: when they expired and what they
+    /// were on (only those on more than the lifetime cap).
+    lapsed: HashMap<String, (i64, Box<On>)>,
 }
 
-impl Account {
-    /// Releases the holds that expired by `now`; returns how many.
-    fn purge(&mut self, now: i64) -> usize {
-        let before = self.holds.len();
-        self.holds.retain(|_, h| h.expires > now);
-        if self.holds.len() != before {
-            self.held = self.holds.values().map(|h| h.amount).sum();
-        }
-        before - self.holds.len()
-    }
+struct GroupAccount {
+    /// `None`: no such group (never created, or deleted).
+    figures: Option<GroupFigures>,
+    c: Counters,
+}
 
-    fn remove(&mut self, rid: &str) -> Option<Hold> {
-        let h = self.holds.remove(rid)?;
-        self.held -= h.amount;
-        Some(h)
+type Groups = HashMap<String, GroupAccount>;
+
+/// Takes a hold's money (and its place in flight) off every counter it is on.
+fn release(c: &mut Counters, groups: &mut Groups, h: &Hold) {
+    match h.on.as_deref() {
+        None => c.release(&[], h.amount),
+        Some(on) => {
+            c.release(&on.key, h.amount);
+            if let Some(g) = on.group.as_ref().and_then(|g| groups.get_mut(g)) {
+                g.c.release(&on.group_periods, h.amount);
+            }
+        }
+    }
+}
+
+/// Gives back the tokens of a hold beyond `keep`.
+fn untoken(c: &mut Counters, groups: &mut Groups, h: &Hold, keep: u64) {
+    let back = h.tokens.saturating_sub(keep);
+    if back == 0 {
+        return;
+    }
+    c.drop_tokens(h.minute, back);
+    if let Some(g) =
+        h.on.as_deref()
+            .and_then(|on| on.group.as_ref())
+            .and_then(|g| groups.get_mut(g))
+    {
+        g.c.drop_tokens(h.minute, back);
     }
 }
 
 #[derive(Default)]
 struct Books {
     accounts: HashMap<String, Account>,
+    groups: Groups,
     settled: RecentIds,
+    /// No hold expires before this (a lower bound; a sweep finds the exact one).
+    next_expiry: i64,
+}
+
+impl Books {
+    /// Releases every hold that expired by `now`; returns how many.
+    fn sweep(&mut self, now: i64) -> usize {
+        let mut gone = 0;
+        let mut next = i64::MAX;
+        let Books {
+            accounts, groups, ..
+        } = self;
+        for a in accounts.values_mut() {
+            let Account {
+                holds, c, lapsed, ..
+            } = a;
+            holds.retain(|rid, h| {
+                if h.expires > now {
+                    next = next.min(h.expires);
+                    return true;
+                }
+                release(c, groups, h);
+                if let Some(on) = h.on.take() {
+                    lapsed.insert(rid.clone(), (h.expires, on));
+                }
+                gone += 1;
+                false
+            });
+            if !lapsed.is_empty() {
+                lapsed.retain(|_, (at, _)| *at > now - SETTLED_KEEP_SECS);
+                for (at, _) in lapsed.values() {
+                    next = next.min(at.saturating_add(SETTLED_KEEP_SECS));
+                }
+            }
+        }
+        self.next_expiry = next;
+        gone
+    }
+
+    fn drop_account(&mut self, key_id: &str) -> usize {
+        let Some(a) = self.accounts.remove(key_id) else {
+            return 0;
+        };
+        let mut c = a.c;
+        for h in a.holds.values() {
+            release(&mut c, &mut self.groups, h);
+        }
+        a.holds.len()
+    }
 }
 
 /// A reserve decided from memory.
@@ -80,8 +361,8 @@ pub enum Decision {
     /// `true` when this call made the hold (not a retry answered from an existing one).
     Granted(Reservation, bool),
     Denied(ReserveDenied),
-    /// The key's account is not in memory: the writer loads it, then the reserve is
-    /// decided again.
+    /// The key's account, or its group's, is not in memory: the writer loads it, then the
+    /// reserve is decided again.
     NotLoaded,
 }
 
@@ -116,28 +397,28 @@ impl Ledger {
         self.clock.now()
     }
 
-    /// Decides a reserve (see `Store::reserve`) and, when granted, holds the money. An id
-    /// this process settled is refused; one settled by an earlier process is known only
-    /// to the `settled` table, which the writer reads first for task ids (the only ids
-    /// that outlive a process).
-    pub fn reserve(
-        &self,
-        key_id: &str,
-        rid: &str,
-        min: Micros,
-        max: Micros,
-        ttl_secs: u64,
-    ) -> Decision {
+    fn swept(&self, b: &mut Books, now: i64) {
+        if now >= b.next_expiry {
+            let n = b.sweep(now);
+            self.gone(n);
+        }
+    }
+
+    /// Decides a reserve (see `Store::reserve_ask`) and, when granted, holds it on every
+    /// counter it was checked against. An id this process settled is refused; one settled
+    /// by an earlier process is known only to the `settled` table, which the writer reads
+    /// first for task ids (the only ids that outlive a process).
+    pub fn reserve(&self, key_id: &str, rid: &str, ask: &Ask, ttl_secs: u64) -> Decision {
         let now = self.clock.now();
-        let mut b = self.books.lock();
+        let mut guard = self.books.lock();
+        let b = &mut *guard;
         if b.settled.contains(key_id, rid) {
             return Decision::Denied(ReserveDenied::Released);
         }
+        self.swept(b, now);
         let Some(a) = b.accounts.get_mut(key_id) else {
             return Decision::NotLoaded;
         };
-        let expired = a.purge(now);
-        self.gone(expired);
         if let Some(h) = a.holds.get(rid) {
             let r = Reservation {
                 id: rid.to_string(),
@@ -153,19 +434,129 @@ impl Ledger {
         if f.expires_at.is_some_and(|t| now >= t) {
             return Decision::Denied(ReserveDenied::Expired);
         }
-        let amount = match f.limit {
-            None => max,
-            Some(limit) => {
-                let available = limit - f.used - a.held;
-                if available < min {
-                    return Decision::Denied(ReserveDenied::QuotaExhausted);
-                }
-                max.min(available)
-            }
+        if f.group.as_deref() != ask.group.as_ref().map(|g| g.id.as_str()) {
+            return Decision::Denied(ReserveDenied::Stale);
+        }
+        let group_denied = Decision::Denied(ReserveDenied::Limit(Limit::group(LimitKind::Group)));
+        let mut group = match (&f.group, &ask.group) {
+            (Some(id), Some(ga)) => match b.groups.get_mut(id) {
+                None => return Decision::NotLoaded,
+                Some(g) => match &g.figures {
+                    Some(gf) if gf.status == KeyStatus::Enabled => Some((g, ga)),
+                    _ => return group_denied,
+                },
+            },
+            _ => None,
         };
+
+        // Money: the least left under every money limit, the first short one refuses.
+        let mut grant = ask.max;
+        let mut short = None;
+        let mut fit = |left: Micros, why: ReserveDenied| {
+            if left < ask.min && short.is_none() {
+                short = Some(why);
+            }
+            grant = grant.min(left);
+        };
+        if let Some(limit) = f.limit {
+            fit(limit - f.used - a.c.held, ReserveDenied::QuotaExhausted);
+        }
+        let mut key_labels = Vec::new();
+        budgets(
+            &f.policy,
+            &ask.periods,
+            &a.c,
+            &mut key_labels,
+            |left, kind| {
+                fit(
+                    left,
+                    ReserveDenied::Limit(Limit::key(LimitKind::Budget(kind))),
+                )
+            },
+        );
+        let mut group_labels = Vec::new();
+        if let Some((g, ga)) = &group {
+            let gf = g.figures.as_ref().expect("checked above");
+            if let Some(limit) = gf.limit {
+                fit(
+                    limit - gf.used - g.c.held,
+                    ReserveDenied::Limit(Limit::group(LimitKind::Quota)),
+                );
+            }
+            budgets(
+                &gf.policy,
+                &ga.periods,
+                &g.c,
+                &mut group_labels,
+                |left, kind| {
+                    fit(
+                        left,
+                        ReserveDenied::Limit(Limit::group(LimitKind::Budget(kind))),
+                    )
+                },
+            );
+        }
+        if let Some(why) = short {
+            return Decision::Denied(why);
+        }
+
+        // Tokens this minute, all or nothing; then requests in flight.
+        let minute = ask.minute();
+        let group_policy = group
+            .as_ref()
+            .map(|(g, _)| (&g.figures.as_ref().expect("checked above").policy, &g.c));
+        let refuse = |l: Limit| Decision::Denied(ReserveDenied::Limit(l));
+        if let Some(tpm) = f.policy.tpm {
+            if a.c.tokens(minute).saturating_add(ask.tokens) > tpm {
+                return refuse(Limit::key(LimitKind::Tpm));
+            }
+        }
+        if let Some((Some(tpm), c)) = group_policy.map(|(p, c)| (p.tpm, c)) {
+            if c.tokens(minute).saturating_add(ask.tokens) > tpm {
+                return refuse(Limit::group(LimitKind::Tpm));
+            }
+        }
+        if let Some(most) = f.policy.max_concurrent {
+            if a.c.in_flight >= most {
+                return refuse(Limit::key(LimitKind::Concurrent));
+            }
+        }
+        if let Some((Some(most), c)) = group_policy.map(|(p, c)| (p.max_concurrent, c)) {
+            if c.in_flight >= most {
+                return refuse(Limit::group(LimitKind::Concurrent));
+            }
+        }
+
+        // Granted: held on every counter, remembered by the hold.
+        let amount = grant;
+        let on = if key_labels.is_empty() && group.is_none() {
+            None
+        } else {
+            Some(Box::new(On {
+                key: key_labels,
+                group: f.group.clone(),
+                group_periods: group_labels,
+            }))
+        };
+        let key_on = on.as_deref().map_or(&[][..], |o| &o.key[..]);
+        a.c.hold(key_on, amount, now);
+        a.c.add_tokens(minute, ask.tokens);
+        if let (Some((g, _)), Some(on)) = (&mut group, on.as_deref()) {
+            g.c.hold(&on.group_periods, amount, now);
+            g.c.add_tokens(minute, ask.tokens);
+        }
         let expires = now.saturating_add(ttl_secs.min(i64::MAX as u64) as i64);
-        a.holds.insert(rid.to_string(), Hold { amount, expires });
-        a.held += amount;
+        a.holds.insert(
+            rid.to_string(),
+            Hold {
+                amount,
+                expires,
+                tokens: ask.tokens,
+                minute,
+                on,
+            },
+        );
+        b.next_expiry = b.next_expiry.min(expires);
         self.live.fetch_add(1, Ordering::Relaxed);
         let r = Reservation {
             id: rid.to_string(),
@@ -175,10 +566,39 @@ impl Ledger {
         Decision::Granted(r, true)
     }
 
+    /// What a hold (live or lapsed) is on, with its tokens: `None` if this process holds
+    /// nothing under that id.
+    pub fn detail(&self, key_id: &str, rid: &str) -> Option<Detail> {
+        let b = self.books.lock();
+        let a = b.accounts.get(key_id)?;
+        if let Some(h) = a.holds.get(rid) {
+            return Some(h.detail());
+        }
+        a.lapsed.get(rid).map(|(_, on)| Detail {
+            on: Some((**on).clone()),
+            ..Detail::default()
+        })
+    }
+
+    /// The money counters a hold is on beyond the lifetime cap: `None` for a hold on
+    /// none (or one this process does not know). Allocates nothing for a plain hold.
+    pub fn on(&self, key_id: &str, rid: &str) -> Option<On> {
+        let b = self.books.lock();
+        let a = b.accounts.get(key_id)?;
+        match a.holds.get(rid) {
+            Some(h) => h.on.as_deref().cloned(),
+            None => a.lapsed.get(rid).map(|(_, on)| (**on).clone()),
+        }
+    }
+
     /// Undoes a hold whose write failed (a task reservation not committed).
     pub fn unhold(&self, key_id: &str, rid: &str) {
-        if let Some(a) = self.books.lock().accounts.get_mut(key_id) {
-            if a.remove(rid).is_some() {
+        let mut guard = self.books.lock();
+        let b = &mut *guard;
+        if let Some(a) = b.accounts.get_mut(key_id) {
+            if let Some(h) = a.holds.remove(rid) {
+                release(&mut a.c, &mut b.groups, &h);
+                untoken(&mut a.c, &mut b.groups, &h, 0);
                 self.gone(1);
             }
         }
@@ -200,15 +620,45 @@ impl Ledger {
 
     /// Applies a committed settle: `first` when this call wrote the charge, `false` for
     /// a settle of an id settled before (its hold, if any, goes; nothing is charged).
-    pub fn settled(&self, key_id: &str, rid: &str, actual: Micros, first: bool) {
-        let mut b = self.books.lock();
+    /// `on` is what the settle charged beyond the lifetime cap (read from this ledger or
+    /// from the reservation's row before the commit); `tokens` the tokens used, if known.
+    pub fn settled(
+        &self,
+        key_id: &str,
+        rid: &str,
+        actual: Micros,
+        first: bool,
+        on: Option<&On>,
+        tokens: Option<u64>,
+    ) {
+        // The clock only dates new period counters.
+        let now = if on.is_some() { self.clock.now() } else { 0 };
+        let actual = actual.max(0);
+        let mut guard = self.books.lock();
+        let b = &mut *guard;
         b.settled.insert(key_id, rid);
         if let Some(a) = b.accounts.get_mut(key_id) {
-            if a.remove(rid).is_some() {
+            if let Some(h) = a.holds.remove(rid) {
+                release(&mut a.c, &mut b.groups, &h);
+                untoken(&mut a.c, &mut b.groups, &h, tokens.unwrap_or(h.tokens));
                 self.gone(1);
+            } else if !a.lapsed.is_empty() {
+                a.lapsed.remove(rid);
             }
             if first {
-                a.figures.used += actual.max(0);
+                a.figures.used += actual;
+                if let Some(on) = on {
+                    a.c.charge(&on.key, actual, now);
+                }
+            }
+        }
+        if let (true, Some(on)) = (first, on) {
+            if let Some(g) = on.group.as_ref().and_then(|g| b.groups.get_mut(g)) {
+                // A group deleted since is not charged (its rows are not either).
+                if let Some(gf) = &mut g.figures {
+                    gf.used += actual;
+                    g.c.charge(&on.group_periods, actual, now);
+                }
             }
         }
     }
@@ -217,25 +667,87 @@ impl Ledger {
         self.books.lock().accounts.contains_key(key_id)
     }
 
-    /// Puts a key's account in memory, with its durable holds (on the writer thread,
-    /// between commits). An account already there is kept: it is at least as new.
-    pub fn load(&self, key_id: &str, figures: Figures, durable_holds: Vec<(String, Micros, i64)>) {
-        let mut b = self.books.lock();
+    pub fn is_group_loaded(&self, group_id: &str) -> bool {
+        self.books.lock().groups.contains_key(group_id)
+    }
+
+    /// The group a loaded key's record names.
+    pub fn group_of(&self, key_id: &str) -> Option<String> {
+        self.books
+            .lock()
+            .accounts
+            .get(key_id)
+            .and_then(|a| a.figures.group.clone())
+    }
+
+    /// Puts a key's account in memory, with its settled period spend and its durable
+    /// holds (on the writer thread, between commits; the groups those holds are on are
+    /// loaded first). An account already there is kept: it is at least as new.
+    pub fn load(
+        &self,
+        key_id: &str,
+        figures: Figures,
+        periods: Vec<(String, i64, Micros)>,
+        durable_holds: Vec<DurableHold>,
+    ) {
+        let now = self.clock.now();
+        let mut guard = self.books.lock();
+        let b = &mut *guard;
         if b.accounts.contains_key(key_id) {
             return;
         }
-        let holds: HashMap<String, Hold> = durable_holds
-            .into_iter()
-            .map(|(id, amount, expires)| (id, Hold { amount, expires }))
-            .collect();
-        let held = holds.values().map(|h| h.amount).sum();
+        let mut c = Counters::new(periods);
+        let mut holds = HashMap::with_capacity(durable_holds.len());
+        for d in durable_holds {
+            let on = d.detail.on.map(Box::new);
+            let h = Hold {
+                amount: d.amount,
+                expires: d.expires,
+                tokens: d.detail.tokens,
+                minute: d.detail.minute,
+                on,
+            };
+            let key_on = h.on.as_deref().map_or(&[][..], |o| &o.key[..]);
+            c.hold(key_on, h.amount, now);
+            c.add_tokens(h.minute, h.tokens);
+            if let Some(on) = h.on.as_deref() {
+                if let Some(g) = on.group.as_ref().and_then(|g| b.groups.get_mut(g)) {
+                    g.c.hold(&on.group_periods, h.amount, now);
+                    g.c.add_tokens(h.minute, h.tokens);
+                }
+            }
+            b.next_expiry = b.next_expiry.min(h.expires);
+            holds.insert(d.id, h);
+        }
         self.live.fetch_add(holds.len(), Ordering::Relaxed);
         b.accounts.insert(
             key_id.to_string(),
             Account {
                 figures,
-                held,
+                c,
                 holds,
+                lapsed: HashMap::new(),
+            },
+        );
+    }
+
+    /// Puts a group's account in memory (`None`: no such group), with its settled period
+    /// spend. One already there is kept.
+    pub fn load_group(
+        &self,
+        group_id: &str,
+        figures: Option<GroupFigures>,
+        periods: Vec<(String, i64, Micros)>,
+    ) {
+        let mut b = self.books.lock();
+        if b.groups.contains_key(group_id) {
+            return;
+        }
+        b.groups.insert(
+            group_id.to_string(),
+            GroupAccount {
+                figures,
+                c: Counters::new(periods),
             },
         );
     }
@@ -243,6 +755,11 @@ impl Ledger {
     /// The keys whose accounts are in memory.
     pub fn loaded(&self) -> Vec<String> {
         self.books.lock().accounts.keys().cloned().collect()
+    }
+
+    /// The groups whose accounts are in memory.
+    pub fn loaded_groups(&self) -> Vec<String> {
+        self.books.lock().groups.keys().cloned().collect()
     }
 
     /// Replaces a loaded account's figures by what the database says now (after another
@@ -257,32 +774,107 @@ impl Ledger {
                 }
             }
             None => {
-                if let Some(a) = b.accounts.remove(key_id) {
-                    self.gone(a.holds.len());
-                }
+                let n = b.drop_account(key_id);
+                self.gone(n);
             }
         }
     }
 
+    /// As [`Ledger::reload`], for a group (`None`: it is gone).
+    pub fn reload_group(&self, group_id: &str, figures: Option<GroupFigures>) {
+        if let Some(g) = self.books.lock().groups.get_mut(group_id) {
+            g.figures = figures;
+        }
+    }
+
     /// Applies a committed change of a key's record (admin update).
-    pub fn update(
-        &self,
-        key_id: &str,
-        status: KeyStatus,
-        expires_at: Option<i64>,
-        limit: Option<Micros>,
-    ) {
-        if let Some(a) = self.books.lock().accounts.get_mut(key_id) {
-            a.figures.status = status;
-            a.figures.expires_at = expires_at;
-            a.figures.limit = limit;
+    pub fn update(&self, rec: &KeyRecord) {
+        if let Some(a) = self.books.lock().accounts.get_mut(&rec.id) {
+            let f = &mut a.figures;
+            f.status = rec.status;
+            f.expires_at = rec.expires_at;
+            f.limit = rec.quota_limit;
+            f.group.clone_from(&rec.group);
+            f.policy.clone_from(&rec.policy);
+        }
+    }
+
+    /// Applies a committed group creation or change: its spend in memory stays (a
+    /// created group's is what its record says).
+    pub fn group_changed(&self, group_id: &str, figures: GroupFigures) {
+        if let Some(g) = self.books.lock().groups.get_mut(group_id) {
+            g.figures = Some(match g.figures.take() {
+                Some(old) => GroupFigures {
+                    used: old.used,
+                    ..figures
+                },
+                None => figures,
+            });
+        }
+    }
+
+    /// Applies a committed deletion of a group: it refuses reserves, and its settled
+    /// spend is gone with its rows (holds still in flight stay counted until settled).
+    pub fn group_deleted(&self, group_id: &str) {
+        if let Some(g) = self.books.lock().groups.get_mut(group_id) {
+            g.figures = None;
+            for s in g.c.periods.values_mut() {
+                s.settled = 0;
+            }
         }
     }
 
     /// Forgets a key (deleted, or created anew: read again on its next reserve).
     pub fn forget(&self, key_id: &str) {
-        if let Some(a) = self.books.lock().accounts.remove(key_id) {
-            self.gone(a.holds.len());
+        let n = self.books.lock().drop_account(key_id);
+        self.gone(n);
+    }
+
+    /// A loaded key's standing; `None` if its account is not in memory.
+    pub fn standing(&self, key_id: &str, periods: &Periods, minute: i64) -> Option<Standing> {
+        let now = self.clock.now();
+        let mut b = self.books.lock();
+        self.swept(&mut b, now);
+        b.accounts
+            .get(key_id)
+            .map(|a| a.c.standing(periods, minute))
+    }
+
+    /// A loaded group's standing; `None` if its account is not in memory.
+    pub fn group_standing(
+        &self,
+        group_id: &str,
+        periods: &Periods,
+        minute: i64,
+    ) -> Option<Standing> {
+        let now = self.clock.now();
+        let mut b = self.books.lock();
+        self.swept(&mut b, now);
+        b.groups
+            .get(group_id)
+            .map(|g| g.c.standing(periods, minute))
+    }
+}
+
+/// Checks each budget of `policy` against its period's counter: `fit(left, kind)`, and
+/// notes the label (with its period's end) the hold will be on.
+fn budgets(
+    policy: &Policy,
+    periods: &Periods,
+    c: &Counters,
+    labels: &mut Vec<(String, i64)>,
+    mut fit: impl FnMut(Micros, PeriodKind),
+) {
+    if policy.budget_day.is_none() && policy.budget_week.is_none() && policy.budget_month.is_none()
+    {
+        return;
+    }
+    for kind in PeriodKind::ALL {
+        if let Some(budget) = policy.budget(kind) {
+            let p = periods.get(kind);
+            let label = p.label();
+            fit(budget - c.spent(&label), kind);
+            labels.push((label, p.end));
         }
     }
 }

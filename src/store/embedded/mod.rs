@@ -19,6 +19,15 @@
 //! a settle retried after a cancelled or failed call changes nothing. Rows older than
 //! [`super::SETTLED_KEEP_SECS`] are pruned as usage rows are, a batch every `PRUNE_EVERY`
 //! settles. Time is the store's own clock, never a caller's.
+//!
+//! Key policies and groups: a key's `group_id` and `policy` (JSON) are columns of `keys`
+//! (added to an older database when it opens), groups have a table of their own, and
+//! the settled spend of every budgeted period, of keys (`k:ID`) and groups (`g:ID`), is a
+//! row of `period_spend` written in the settle's commit, as is the group's `quota_used`.
+//! Reserves are checked against all of them in memory ([`ledger`]); tokens per minute and
+//! requests in flight are counted there only (see its notes). A task's reservation row
+//! keeps what its hold is on (`detail`), so its settle after a restart charges the same
+//! counters; the keys holding task reservations are loaded when the store opens.
 
 mod ledger;
 mod readers;
@@ -27,12 +36,13 @@ mod tasks;
 mod usage;
 mod writer;
 
+use super::policy::{Ask, GroupPatch, GroupRecord, Periods, Scope, Standing};
 use super::{
     KeyPatch, KeyRecord, Micros, Reservation, ReserveDenied, Store, StoreError, StoreResult,
     UsageRecord,
 };
 use async_trait::async_trait;
-use ledger::{durable, Decision, Ledger};
+use ledger::{durable, Decision, GroupFigures, Ledger};
 use parking_lot::Mutex;
 use readers::Readers;
 use rusqlite::{params, Connection};
@@ -97,12 +107,13 @@ impl EmbeddedStore {
             "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0; PRAGMA temp_store=MEMORY;",
         )
         .map_err(internal)?;
-        conn.execute_batch(sql::SCHEMA).map_err(internal)?;
+        sql::migrate(&conn)?;
         conn.set_prepared_statement_cache_capacity(64);
         let checkpoints = Connection::open(&db).map_err(internal)?;
         let readers = Readers::open(&db)?;
         let clock = Arc::new(Clock::default());
         let ledger = Arc::new(Ledger::new(clock.clone()));
+        sql::load_task_holders(&conn, &ledger)?;
         let (tx, rx) = mpsc::channel::<Job>();
         let (stop, stopped) = mpsc::channel::<()>();
         let (l, counts) = (ledger.clone(), Arc::new(writer::Counts::default()));
@@ -261,25 +272,19 @@ impl EmbeddedStore {
         self.write(false, f, |_, _| {}).await
     }
 
-    /// Puts the key's account in memory; `false` if the key does not exist.
+    /// Puts the key's account in memory, with its group's; `false` if the key does not
+    /// exist.
     async fn load(&self, key_id: &str) -> StoreResult<bool> {
         let (id, ledger) = (key_id.to_string(), self.ledger.clone());
-        self.write(
-            true,
-            move |c| {
-                if ledger.is_loaded(&id) {
-                    return Ok(true);
-                }
-                let Some(f) = sql::figures(c, &id)? else {
-                    return Ok(false);
-                };
-                let holds = sql::durable_holds(c, &id, ledger.now())?;
-                ledger.load(&id, f, holds);
-                Ok(true)
-            },
-            |_, _| {},
-        )
-        .await
+        self.write(true, move |c| sql::load_account(c, &ledger, &id), |_, _| {})
+            .await
+    }
+
+    /// Puts the group's account in memory (a missing group too: it refuses reserves).
+    async fn load_group(&self, group_id: &str) -> StoreResult<()> {
+        let (id, ledger) = (group_id.to_string(), self.ledger.clone());
+        self.write(true, move |c| sql::load_group(c, &ledger, &id), |_, _| {})
+            .await
     }
 
     /// A task's reservation: checked against the `settled` table (task ids outlive the
@@ -288,11 +293,11 @@ impl EmbeddedStore {
         &self,
         key_id: &str,
         rid: &str,
-        min: Micros,
-        max: Micros,
+        ask: &Ask,
         ttl_secs: u64,
     ) -> StoreResult<Decision> {
         let (key_id, rid, ledger) = (key_id.to_string(), rid.to_string(), self.ledger.clone());
+        let ask = ask.clone();
         let undo = ledger.clone();
         self.write(
             false,
@@ -300,17 +305,22 @@ impl EmbeddedStore {
                 if sql::is_settled(c, &key_id, &rid)? {
                     return Ok(Decision::Denied(ReserveDenied::Released));
                 }
-                let d = ledger.reserve(&key_id, &rid, min, max, ttl_secs);
+                let d = ledger.reserve(&key_id, &rid, &ask, ttl_secs);
                 if let Decision::Granted(r, true) = &d {
                     let expires = ledger.now().saturating_add(ttl(ttl_secs));
-                    let written = exec(
-                        c,
-                        "INSERT OR REPLACE INTO reservations (id, key_id, amount, expires_at) VALUES (?1, ?2, ?3, ?4)",
-                        params![r.id, r.key_id, r.amount, expires],
-                    );
+                    let detail = ledger.detail(&r.key_id, &r.id).unwrap_or_default();
+                    let written = serde_json::to_string(&detail).map_err(internal).and_then(|d| {
+                        exec(
+                            c,
+                            "INSERT OR REPLACE INTO reservations (id, key_id, amount, expires_at, detail)
+                             VALUES (?1, ?2, ?3, ?4, ?5)",
+                            params![r.id, r.key_id, r.amount, expires, d],
+                        )
+                        .map_err(internal)
+                    });
                     if let Err(e) = written {
                         ledger.unhold(&r.key_id, &r.id);
-                        return Err(internal(e));
+                        return Err(e);
                     }
                 }
                 Ok(d)
@@ -330,6 +340,7 @@ impl EmbeddedStore {
         actual: Micros,
         usage: Option<&UsageRecord>,
     ) -> StoreResult<()> {
+        let tokens = usage.map(|u| u.prompt_tokens.saturating_add(u.completion_tokens));
         let usage = match usage {
             Some(u) => Some((
                 u.key_id.clone(),
@@ -340,18 +351,25 @@ impl EmbeddedStore {
         };
         let (key_id, rid) = (r.key_id.clone(), r.id.clone());
         let (prune, ledger) = (self.settle_prune_due(), self.ledger.clone());
+        let reader = ledger.clone();
         let now = self.clock.now();
         self.write_plain(
             move |c| {
-                let first = sql::settle_in(c, now, prune, &key_id, &rid, actual)?;
+                // What the hold is on: in memory, or (a task's, its account not loaded)
+                // on its row. A plain hold's answer allocates nothing.
+                let on = match reader.on(&key_id, &rid) {
+                    None if durable(&rid) => sql::hold_detail(c, &rid)?.and_then(|d| d.on),
+                    on => on,
+                };
+                let first = sql::settle_hold_in(c, now, prune, &key_id, &rid, actual, on.as_ref())?;
                 if let (true, Some((k, text, prune))) = (first, usage) {
                     sql::usage_in(c, &k, &text, prune)?;
                 }
-                Ok((key_id, rid, first))
+                Ok((key_id, rid, first, on))
             },
-            move |committed, (key_id, rid, first)| {
+            move |committed, (key_id, rid, first, on)| {
                 if committed {
-                    ledger.settled(key_id, rid, actual, *first);
+                    ledger.settled(key_id, rid, actual, *first, on.as_ref(), tokens);
                 }
             },
         )
@@ -371,11 +389,12 @@ impl Store for EmbeddedStore {
                 let n = exec(
                     c,
                     "INSERT OR IGNORE INTO keys (id, hash, display, name, status, created_at, expires_at,
-                       models, allow_ips, rpm, quota_limit, quota_used)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                       models, allow_ips, rpm, quota_limit, quota_used, group_id, policy)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
                     params![
                         r.id, r.hash, r.display, r.name, r.status.as_str(), r.created_at, r.expires_at,
-                        json_list(&r.models), json_list(&r.allow_ips), r.rpm, r.quota_limit, r.quota_used
+                        json_list(&r.models), json_list(&r.allow_ips), r.rpm, r.quota_limit, r.quota_used,
+                        r.group, sql::policy_json(&r.policy)
                     ],
                 )
                 .map_err(internal)?;
@@ -412,10 +431,11 @@ impl Store for EmbeddedStore {
                 exec(
                     c,
                     "UPDATE keys SET name = ?2, status = ?3, expires_at = ?4, models = ?5, allow_ips = ?6,
-                       rpm = ?7, quota_limit = ?8 WHERE id = ?1",
+                       rpm = ?7, quota_limit = ?8, group_id = ?9, policy = ?10 WHERE id = ?1",
                     params![
                         rec.id, rec.name, rec.status.as_str(), rec.expires_at, json_list(&rec.models),
-                        json_list(&rec.allow_ips), rec.rpm, rec.quota_limit
+                        json_list(&rec.allow_ips), rec.rpm, rec.quota_limit, rec.group,
+                        sql::policy_json(&rec.policy)
                     ],
                 )
                 .map_err(internal)?;
@@ -423,7 +443,7 @@ impl Store for EmbeddedStore {
             },
             move |committed, rec| {
                 if let (true, Some(r)) = (committed, rec) {
-                    ledger.update(&r.id, r.status, r.expires_at, r.quota_limit);
+                    ledger.update(r);
                 }
             },
         )
@@ -438,6 +458,12 @@ impl Store for EmbeddedStore {
             move |c| {
                 exec(c, "DELETE FROM reservations WHERE key_id = ?1", [&id]).map_err(internal)?;
                 exec(c, "DELETE FROM settled WHERE key_id = ?1", [&id]).map_err(internal)?;
+                exec(
+                    c,
+                    "DELETE FROM period_spend WHERE scope = ?1",
+                    [sql::key_scope(&id)],
+                )
+                .map_err(internal)?;
                 let n = exec(c, "DELETE FROM keys WHERE id = ?1", [&id]).map_err(internal)?;
                 Ok((id, n > 0))
             },
@@ -455,22 +481,20 @@ impl Store for EmbeddedStore {
         &self,
         key_id: &str,
         reservation_id: &str,
-        ask: &crate::store::Ask,
+        ask: &Ask,
         ttl_secs: u64,
     ) -> StoreResult<Result<Reservation, ReserveDenied>> {
-        let (min, max) = (ask.min, ask.max);
-        // The account is loaded at most once per key and process; a key deleted between
-        // its load and this reserve is loaded again (and found missing).
+        // The account is loaded at most once per key and process (with its group's); a key
+        // deleted between its load and this reserve is loaded again (and found missing).
         for _ in 0..3 {
             let d = if durable(reservation_id) {
                 if !self.ledger.is_loaded(key_id) && !self.load(key_id).await? {
                     return Ok(Err(ReserveDenied::NotFound));
                 }
-                self.reserve_durable(key_id, reservation_id, min, max, ttl_secs)
+                self.reserve_durable(key_id, reservation_id, ask, ttl_secs)
                     .await?
             } else {
-                self.ledger
-                    .reserve(key_id, reservation_id, min, max, ttl_secs)
+                self.ledger.reserve(key_id, reservation_id, ask, ttl_secs)
             };
             match d {
                 Decision::Granted(r, _) => return Ok(Ok(r)),
@@ -559,38 +583,132 @@ impl Store for EmbeddedStore {
             .collect()
     }
 
-    async fn create_group(&self, _rec: &crate::store::GroupRecord) -> StoreResult<()> {
-        Err(StoreError::Internal("groups: not yet".into()))
+    async fn create_group(&self, rec: &GroupRecord) -> StoreResult<()> {
+        let g = rec.clone();
+        let ledger = self.ledger.clone();
+        self.write(
+            false,
+            move |c| {
+                let n = exec(
+                    c,
+                    "INSERT OR IGNORE INTO groups (id, name, status, created_at, quota_limit, quota_used, policy)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    params![
+                        g.id, g.name, g.status.as_str(), g.created_at, g.quota_limit, g.quota_used,
+                        sql::policy_json(&g.policy)
+                    ],
+                )
+                .map_err(internal)?;
+                if n == 0 {
+                    return Err(StoreError::Conflict(format!("group {} exists", g.id)));
+                }
+                Ok(g)
+            },
+            move |committed, g| {
+                if committed {
+                    ledger.group_changed(&g.id, GroupFigures::of(g));
+                }
+            },
+        )
+        .await
+        .map(|_| ())
     }
 
-    async fn get_group(&self, _id: &str) -> StoreResult<Option<crate::store::GroupRecord>> {
-        Err(StoreError::Internal("groups: not yet".into()))
+    async fn get_group(&self, id: &str) -> StoreResult<Option<GroupRecord>> {
+        let id = id.to_string();
+        self.readers.read(move |c| sql::get_group(c, &id)).await
     }
 
-    async fn list_groups(&self) -> StoreResult<Vec<crate::store::GroupRecord>> {
-        Err(StoreError::Internal("groups: not yet".into()))
+    async fn list_groups(&self) -> StoreResult<Vec<GroupRecord>> {
+        self.readers.read(sql::list_groups).await
     }
 
-    async fn update_group(
-        &self,
-        _id: &str,
-        _patch: &crate::store::GroupPatch,
-    ) -> StoreResult<Option<crate::store::GroupRecord>> {
-        Err(StoreError::Internal("groups: not yet".into()))
+    async fn update_group(&self, id: &str, patch: &GroupPatch) -> StoreResult<Option<GroupRecord>> {
+        let (id, patch) = (id.to_string(), patch.clone());
+        let ledger = self.ledger.clone();
+        self.write(
+            false,
+            move |c| {
+                let Some(mut g) = sql::get_group(c, &id)? else {
+                    return Ok(None);
+                };
+                patch.apply(&mut g);
+                exec(
+                    c,
+                    "UPDATE groups SET name = ?2, status = ?3, quota_limit = ?4, policy = ?5 WHERE id = ?1",
+                    params![
+                        g.id, g.name, g.status.as_str(), g.quota_limit, sql::policy_json(&g.policy)
+                    ],
+                )
+                .map_err(internal)?;
+                Ok(Some(g))
+            },
+            move |committed, g| {
+                if let (true, Some(g)) = (committed, g) {
+                    ledger.group_changed(&g.id, GroupFigures::of(g));
+                }
+            },
+        )
+        .await
     }
 
-    async fn delete_group(&self, _id: &str) -> StoreResult<bool> {
-        Err(StoreError::Internal("groups: not yet".into()))
+    async fn delete_group(&self, id: &str) -> StoreResult<bool> {
+        let id = id.to_string();
+        let ledger = self.ledger.clone();
+        self.write(
+            false,
+            move |c| {
+                exec(
+                    c,
+                    "DELETE FROM period_spend WHERE scope = ?1",
+                    [sql::group_scope(&id)],
+                )
+                .map_err(internal)?;
+                let n = exec(c, "DELETE FROM groups WHERE id = ?1", [&id]).map_err(internal)?;
+                Ok((id, n > 0))
+            },
+            move |committed, (id, _)| {
+                if committed {
+                    ledger.group_deleted(id);
+                }
+            },
+        )
+        .await
+        .map(|(_, deleted)| deleted)
     }
 
     async fn standing(
         &self,
-        _scope: crate::store::Scope,
-        _id: &str,
-        _periods: &crate::store::Periods,
-        _minute: i64,
-    ) -> StoreResult<crate::store::Standing> {
-        Err(StoreError::Internal("standing: not yet".into()))
+        scope: Scope,
+        id: &str,
+        periods: &Periods,
+        minute: i64,
+    ) -> StoreResult<Standing> {
+        let known = match scope {
+            Scope::Key => {
+                if let Some(s) = self.ledger.standing(id, periods, minute) {
+                    return Ok(s);
+                }
+                self.load(id).await?
+            }
+            Scope::Group => {
+                if let Some(s) = self.ledger.group_standing(id, periods, minute) {
+                    return Ok(s);
+                }
+                // An unknown id is not remembered: only reserves load missing groups.
+                if self.get_group(id).await?.is_none() {
+                    return Ok(Standing::default());
+                }
+                self.load_group(id).await?;
+                true
+            }
+        };
+        let s = match (known, scope) {
+            (false, _) => None,
+            (true, Scope::Key) => self.ledger.standing(id, periods, minute),
+            (true, Scope::Group) => self.ledger.group_standing(id, periods, minute),
+        };
+        Ok(s.unwrap_or_default())
     }
 
     async fn ping(&self) -> StoreResult<()> {
@@ -602,5 +720,7 @@ impl Store for EmbeddedStore {
     }
 }
 
+#[cfg(test)]
+mod policy_tests;
 #[cfg(test)]
 mod tests;

@@ -1,6 +1,9 @@
 //! The embedded store's tables and the statements the writer and the readers share.
 
-use super::ledger::{durable, Figures};
+use super::ledger::{
+    durable, Detail, DurableHold, Figures, GroupFigures, Ledger, On, STALE_PERIOD,
+};
+use crate::store::policy::{GroupRecord, Policy};
 use crate::store::{KeyRecord, KeyStatus, Micros, StoreError, StoreResult, SETTLED_KEEP_SECS};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
@@ -12,10 +15,11 @@ CREATE TABLE IF NOT EXISTS keys (
     id TEXT PRIMARY KEY, hash TEXT NOT NULL, display TEXT NOT NULL, name TEXT NOT NULL,
     status TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER,
     models TEXT NOT NULL, allow_ips TEXT NOT NULL, rpm INTEGER,
-    quota_limit INTEGER, quota_used INTEGER NOT NULL DEFAULT 0
+    quota_limit INTEGER, quota_used INTEGER NOT NULL DEFAULT 0, group_id TEXT, policy TEXT
 );
 CREATE TABLE IF NOT EXISTS reservations (
-    id TEXT PRIMARY KEY, key_id TEXT NOT NULL, amount INTEGER NOT NULL, expires_at INTEGER NOT NULL
+    id TEXT PRIMARY KEY, key_id TEXT NOT NULL, amount INTEGER NOT NULL, expires_at INTEGER NOT NULL,
+    detail TEXT
 );
 CREATE INDEX IF NOT EXISTS reservations_key ON reservations(key_id, expires_at);
 CREATE TABLE IF NOT EXISTS usage (
@@ -31,7 +35,65 @@ CREATE TABLE IF NOT EXISTS tasks (
     record TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tasks_due ON tasks(due_at) WHERE due_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS groups (
+    id TEXT PRIMARY KEY, name TEXT NOT NULL, status TEXT NOT NULL, created_at INTEGER NOT NULL,
+    quota_limit INTEGER, quota_used INTEGER NOT NULL DEFAULT 0, policy TEXT
+);
+CREATE TABLE IF NOT EXISTS period_spend (
+    scope TEXT NOT NULL, label TEXT NOT NULL, period_end INTEGER NOT NULL,
+    used INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (scope, label)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS period_spend_end ON period_spend(period_end);
 ";
+
+/// Columns added since the first release, with their type: added to an existing
+/// database when it is opened.
+const ADDED: &[(&str, &str, &str)] = &[
+    ("keys", "group_id", "TEXT"),
+    ("keys", "policy", "TEXT"),
+    ("reservations", "detail", "TEXT"),
+];
+
+/// Creates what is missing: the tables of [`SCHEMA`], and the columns a database
+/// written by an older release lacks.
+pub fn migrate(conn: &Connection) -> StoreResult<()> {
+    conn.execute_batch(SCHEMA).map_err(internal)?;
+    for (table, column, kind) in ADDED {
+        let has: bool = conn
+            .prepare(&format!(
+                "SELECT 1 FROM pragma_table_info('{table}') WHERE name = ?1"
+            ))
+            .and_then(|mut st| st.exists([column]))
+            .map_err(internal)?;
+        if !has {
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {kind}"))
+                .map_err(internal)?;
+        }
+    }
+    Ok(())
+}
+
+/// A policy as stored: `NULL` when it limits nothing and names no zone.
+pub fn policy_json(p: &Policy) -> Option<String> {
+    if *p == Policy::default() {
+        return None;
+    }
+    serde_json::to_string(p).ok()
+}
+
+fn policy_from(text: Option<String>) -> Policy {
+    text.and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
+}
+
+/// The counter scope of a key (`k:ID`) or a group (`g:ID`) in `period_spend`.
+pub fn key_scope(id: &str) -> String {
+    format!("k:{id}")
+}
+
+pub fn group_scope(id: &str) -> String {
+    format!("g:{id}")
+}
 
 pub fn internal(e: impl std::fmt::Display) -> StoreError {
     StoreError::Internal(e.to_string())
@@ -100,6 +162,14 @@ pub fn settle_in(
         )
         .map_err(internal)?;
     }
+    if prune {
+        exec(
+            c,
+            "DELETE FROM period_spend WHERE period_end < ?1",
+            [now - STALE_PERIOD],
+        )
+        .map_err(internal)?;
+    }
     if durable(reservation_id) {
         exec(
             c,
@@ -138,8 +208,145 @@ pub fn usage_in(c: &Connection, key_id: &str, text: &str, prune: bool) -> StoreR
     Ok(())
 }
 
+/// Settles once (as [`settle_in`]) and, when this call charged, charges the counters the
+/// hold was on (`on`) in the same savepoint: the key's period spend, the group's lifetime
+/// spend and its period spend.
+#[allow(clippy::too_many_arguments)]
+pub fn settle_hold_in(
+    c: &Connection,
+    now: i64,
+    prune: bool,
+    key_id: &str,
+    reservation_id: &str,
+    actual: Micros,
+    on: Option<&On>,
+) -> StoreResult<bool> {
+    let first = settle_in(c, now, prune, key_id, reservation_id, actual)?;
+    let actual = actual.max(0);
+    let Some(on) = on.filter(|_| first && actual > 0) else {
+        return Ok(first);
+    };
+    let spend = |scope: &str, label: &str, end: i64| {
+        exec(
+            c,
+            "INSERT INTO period_spend (scope, label, period_end, used) VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (scope, label) DO UPDATE SET used = used + excluded.used",
+            params![scope, label, end, actual],
+        )
+        .map_err(internal)
+    };
+    if !on.key.is_empty() {
+        let scope = key_scope(key_id);
+        for (label, end) in &on.key {
+            spend(&scope, label, *end)?;
+        }
+    }
+    if let Some(g) = &on.group {
+        let n = exec(
+            c,
+            "UPDATE groups SET quota_used = quota_used + ?2 WHERE id = ?1",
+            params![g, actual],
+        )
+        .map_err(internal)?;
+        if n == 0 {
+            // Deleted since: its counters went with it (a group made anew starts afresh).
+            return Ok(first);
+        }
+        let scope = group_scope(g);
+        for (label, end) in &on.group_periods {
+            spend(&scope, label, *end)?;
+        }
+    }
+    Ok(first)
+}
+
+/// A task reservation's detail (what it is on), from its row.
+pub fn hold_detail(c: &Connection, reservation_id: &str) -> StoreResult<Option<Detail>> {
+    let text: Option<Option<String>> = c
+        .prepare_cached("SELECT detail FROM reservations WHERE id = ?1")
+        .and_then(|mut st| st.query_row([reservation_id], |r| r.get(0)).optional())
+        .map_err(internal)?;
+    Ok(text.flatten().and_then(|t| serde_json::from_str(&t).ok()))
+}
+
+/// The settled spend of a scope's periods not long over: (label, end, used).
+pub fn period_rows(
+    c: &Connection,
+    scope: &str,
+    now: i64,
+) -> StoreResult<Vec<(String, i64, Micros)>> {
+    let mut st = c
+        .prepare_cached(
+            "SELECT label, period_end, used FROM period_spend WHERE scope = ?1 AND period_end > ?2",
+        )
+        .map_err(internal)?;
+    let rows = st
+        .query_map(params![scope, now - STALE_PERIOD], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .map_err(internal)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(internal)
+}
+
+/// Puts a group's account in memory, unless it is there (on the writer, between commits).
+pub fn load_group(c: &Connection, ledger: &Ledger, group_id: &str) -> StoreResult<()> {
+    if ledger.is_group_loaded(group_id) {
+        return Ok(());
+    }
+    let figures = group_figures(c, group_id)?;
+    let periods = period_rows(c, &group_scope(group_id), ledger.now())?;
+    ledger.load_group(group_id, figures, periods);
+    Ok(())
+}
+
+/// Puts a key's account in memory with its group's, unless they are there (on the writer,
+/// between commits); `false` if the key does not exist.
+pub fn load_account(c: &Connection, ledger: &Ledger, key_id: &str) -> StoreResult<bool> {
+    if !ledger.is_loaded(key_id) {
+        let Some(f) = figures(c, key_id)? else {
+            return Ok(false);
+        };
+        let now = ledger.now();
+        let holds = durable_holds(c, key_id, now)?;
+        // The groups its holds are on first: the holds count on them as they load.
+        for g in holds
+            .iter()
+            .filter_map(|h| h.detail.on.as_ref()?.group.as_ref())
+        {
+            load_group(c, ledger, g)?;
+        }
+        let periods = period_rows(c, &key_scope(key_id), now)?;
+        ledger.load(key_id, f, periods, holds);
+    }
+    if let Some(g) = ledger.group_of(key_id) {
+        load_group(c, ledger, &g)?;
+    }
+    Ok(true)
+}
+
+/// Loads every key holding a task reservation (and its groups): every hold on a group is
+/// then in memory before the group's account can be, so a group counts them all.
+pub fn load_task_holders(c: &Connection, ledger: &Ledger) -> StoreResult<()> {
+    let ids: Vec<String> = {
+        let mut st = c
+            .prepare(
+                "SELECT DISTINCT key_id FROM reservations
+                 WHERE substr(id, 1, 5) = 'task_' AND expires_at > ?1",
+            )
+            .map_err(internal)?;
+        let rows = st
+            .query_map([ledger.now()], |r| r.get(0))
+            .map_err(internal)?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(internal)?
+    };
+    for id in ids {
+        load_account(c, ledger, &id)?;
+    }
+    Ok(())
+}
+
 const KEY_COLUMNS: &str =
-    "id, hash, display, name, status, created_at, expires_at, models, allow_ips, rpm, quota_limit, quota_used";
+    "id, hash, display, name, status, created_at, expires_at, models, allow_ips, rpm, quota_limit, quota_used, group_id, policy";
 
 fn key_from_row(r: &Row<'_>) -> rusqlite::Result<KeyRecord> {
     let status: String = r.get(4)?;
@@ -158,8 +365,8 @@ fn key_from_row(r: &Row<'_>) -> rusqlite::Result<KeyRecord> {
         rpm: r.get(9)?,
         quota_limit: r.get(10)?,
         quota_used: r.get(11)?,
-        group: None,
-        policy: Default::default(),
+        group: r.get(12)?,
+        policy: policy_from(r.get(13)?),
     })
 }
 
@@ -182,7 +389,7 @@ pub fn list_keys(conn: &Connection) -> StoreResult<Vec<KeyRecord>> {
 /// What a key's reservations are checked against; `None` if the key does not exist.
 pub fn figures(conn: &Connection, id: &str) -> StoreResult<Option<Figures>> {
     conn.prepare_cached(
-        "SELECT status, expires_at, quota_limit, quota_used FROM keys WHERE id = ?1",
+        "SELECT status, expires_at, quota_limit, quota_used, group_id, policy FROM keys WHERE id = ?1",
     )
     .and_then(|mut st| {
         st.query_row([id], |r| {
@@ -192,6 +399,8 @@ pub fn figures(conn: &Connection, id: &str) -> StoreResult<Option<Figures>> {
                 expires_at: r.get(1)?,
                 limit: r.get(2)?,
                 used: r.get(3)?,
+                group: r.get(4)?,
+                policy: policy_from(r.get(5)?),
             })
         })
         .optional()
@@ -199,23 +408,75 @@ pub fn figures(conn: &Connection, id: &str) -> StoreResult<Option<Figures>> {
     .map_err(internal)
 }
 
-/// A key's task reservations still held at `now`: (id, amount, expiry).
-pub fn durable_holds(
-    conn: &Connection,
-    key_id: &str,
-    now: i64,
-) -> StoreResult<Vec<(String, Micros, i64)>> {
+/// A key's task reservations still held at `now`.
+pub fn durable_holds(conn: &Connection, key_id: &str, now: i64) -> StoreResult<Vec<DurableHold>> {
     let mut st = conn
         .prepare_cached(
-            "SELECT id, amount, expires_at FROM reservations WHERE key_id = ?1 AND expires_at > ?2",
+            "SELECT id, amount, expires_at, detail FROM reservations
+             WHERE key_id = ?1 AND expires_at > ?2 AND substr(id, 1, 5) = 'task_'",
         )
         .map_err(internal)?;
     let rows = st
         .query_map(params![key_id, now], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            let detail: Option<String> = r.get(3)?;
+            Ok(DurableHold {
+                id: r.get(0)?,
+                amount: r.get(1)?,
+                expires: r.get(2)?,
+                detail: detail
+                    .and_then(|t| serde_json::from_str(&t).ok())
+                    .unwrap_or_default(),
+            })
         })
         .map_err(internal)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(internal)
+}
+
+const GROUP_COLUMNS: &str = "id, name, status, created_at, quota_limit, quota_used, policy";
+
+fn group_from_row(r: &Row<'_>) -> rusqlite::Result<GroupRecord> {
+    let status: String = r.get(2)?;
+    Ok(GroupRecord {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        status: KeyStatus::parse(&status).unwrap_or(KeyStatus::Disabled),
+        created_at: r.get(3)?,
+        quota_limit: r.get(4)?,
+        quota_used: r.get(5)?,
+        policy: policy_from(r.get(6)?),
+    })
+}
+
+pub fn get_group(conn: &Connection, id: &str) -> StoreResult<Option<GroupRecord>> {
+    conn.prepare_cached(&format!("SELECT {GROUP_COLUMNS} FROM groups WHERE id = ?1"))
+        .and_then(|mut st| st.query_row([id], group_from_row).optional())
+        .map_err(internal)
+}
+
+pub fn list_groups(conn: &Connection) -> StoreResult<Vec<GroupRecord>> {
+    let mut st = conn
+        .prepare_cached(&format!(
+            "SELECT {GROUP_COLUMNS} FROM groups ORDER BY created_at, id"
+        ))
+        .map_err(internal)?;
+    let rows = st.query_map([], group_from_row).map_err(internal)?;
+    rows.collect::<Result<Vec<_>, _>>().map_err(internal)
+}
+
+impl GroupFigures {
+    pub fn of(g: &GroupRecord) -> GroupFigures {
+        GroupFigures {
+            status: g.status,
+            limit: g.quota_limit,
+            used: g.quota_used,
+            policy: g.policy.clone(),
+        }
+    }
+}
+
+/// What a group's share of a reservation is checked against; `None` if it does not exist.
+pub fn group_figures(conn: &Connection, id: &str) -> StoreResult<Option<GroupFigures>> {
+    Ok(get_group(conn, id)?.map(|g| GroupFigures::of(&g)))
 }
 
 pub fn recent_usage(conn: &Connection, key_id: &str, limit: usize) -> StoreResult<Vec<String>> {

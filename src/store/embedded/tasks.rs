@@ -6,7 +6,7 @@
 //! time: a claim's select and update, or a finish's update, settle and usage insert, are
 //! atomic and durable when they return. Reads of a task go to the read connections.
 
-use super::sql::{exec, internal, settle_in, usage_in};
+use super::sql::{exec, hold_detail, internal, settle_hold_in, usage_in};
 use super::EmbeddedStore;
 use crate::store::tasks::{TaskRecord, TaskRef, TaskStore};
 use crate::store::{StoreError, StoreResult, UsageRecord};
@@ -153,10 +153,12 @@ impl TaskStore for EmbeddedStore {
         let usage_text = serde_json::to_string(usage).map_err(internal)?;
         let (id, key_id, status, cost) = (t.id.clone(), t.key_id.clone(), t.status, t.cost);
         let usage_key = usage.key_id.clone();
+        let tokens = usage.prompt_tokens.saturating_add(usage.completion_tokens);
         let prune = self.prune_due();
         let prune_settled = self.settle_prune_due();
         let now = self.clock.now();
         let ledger = self.ledger.clone();
+        let reader = ledger.clone();
         self.write(
             false,
             move |c| {
@@ -170,13 +172,18 @@ impl TaskStore for EmbeddedStore {
                 if n == 0 {
                     return Ok(None);
                 }
-                let first = settle_in(c, now, prune_settled, &key_id, &id, cost)?;
+                // What the hold is on: in memory, or (its account not loaded) on its row.
+                let on = match reader.on(&key_id, &id) {
+                    Some(on) => Some(on),
+                    None => hold_detail(c, &id)?.and_then(|d| d.on),
+                };
+                let first = settle_hold_in(c, now, prune_settled, &key_id, &id, cost, on.as_ref())?;
                 usage_in(c, &usage_key, &usage_text, prune)?;
-                Ok(Some((key_id, id, first)))
+                Ok(Some((key_id, id, first, on)))
             },
             move |committed, settled| {
-                if let (true, Some((key_id, id, first))) = (committed, settled) {
-                    ledger.settled(key_id, id, cost, *first);
+                if let (true, Some((key_id, id, first, on))) = (committed, settled) {
+                    ledger.settled(key_id, id, cost, *first, on.as_ref(), Some(tokens));
                 }
             },
         )

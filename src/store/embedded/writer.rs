@@ -12,7 +12,7 @@
 //! key) with `PRAGMA data_version`, and reads the accounts in memory again.
 
 use super::ledger::Ledger;
-use super::sql::{exec, figures, internal};
+use super::sql::{exec, figures, group_figures, internal};
 use crate::store::StoreError;
 use rusqlite::Connection;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -115,6 +115,14 @@ impl Watch {
                 Ok(f) => ledger.reload(&id, f),
                 Err(e) => {
                     tracing::warn!(key = %id, error = %e, "embedded store cannot re-read a key")
+                }
+            }
+        }
+        for id in ledger.loaded_groups() {
+            match group_figures(conn, &id) {
+                Ok(f) => ledger.reload_group(&id, f),
+                Err(e) => {
+                    tracing::warn!(group = %id, error = %e, "embedded store cannot re-read a group")
                 }
             }
         }

@@ -1,0 +1,807 @@
+//! Key policy and groups on the embedded store: period budgets, tpm, concurrency, group
+//! limits, what settles and expiries release, and what survives a restart.
+
+use super::*;
+use crate::store::policy::{
+    periods, GroupAsk, Limit, LimitKind, PeriodKind, Policy, PolicyPatch, Standing,
+};
+use crate::store::KeyStatus;
+use jiff::tz::TimeZone;
+
+/// 2026-11-24T10:00:00Z, a Tuesday.
+const AT: i64 = 1_795_514_400;
+const DAY: i64 = 86_400;
+
+fn key(id: &str, quota: Option<Micros>, group: Option<&str>, policy: Policy) -> KeyRecord {
+    KeyRecord {
+        id: id.into(),
+        hash: format!("{:0>64}", 7),
+        display: "sk-a…b".into(),
+        name: "t".into(),
+        status: KeyStatus::Enabled,
+        created_at: 0,
+        expires_at: None,
+        models: vec![],
+        allow_ips: vec![],
+        rpm: None,
+        quota_limit: quota,
+        quota_used: 0,
+        group: group.map(Into::into),
+        policy,
+    }
+}
+
+fn group(id: &str, quota: Option<Micros>, policy: Policy) -> GroupRecord {
+    GroupRecord {
+        id: id.into(),
+        name: format!("group {id}"),
+        status: KeyStatus::Enabled,
+        created_at: 0,
+        quota_limit: quota,
+        quota_used: 0,
+        policy,
+    }
+}
+
+fn day_budget(b: Micros) -> Policy {
+    Policy {
+        budget_day: Some(b),
+        ..Policy::default()
+    }
+}
+
+fn ask(min: Micros, max: Micros, at: i64, group: Option<&str>) -> Ask {
+    Ask {
+        min,
+        max,
+        tokens: 0,
+        at,
+        periods: periods(&TimeZone::UTC, at),
+        group: group.map(|g| GroupAsk {
+            id: g.into(),
+            periods: periods(&TimeZone::UTC, at),
+        }),
+    }
+}
+
+fn tokens(mut a: Ask, n: u64) -> Ask {
+    a.tokens = n;
+    a
+}
+
+fn limit(scope: Scope, kind: LimitKind) -> Result<Reservation, ReserveDenied> {
+    Err(ReserveDenied::Limit(match scope {
+        Scope::Key => Limit::key(kind),
+        Scope::Group => Limit::group(kind),
+    }))
+}
+
+async fn grant(s: &EmbeddedStore, k: &str, rid: &str, a: &Ask) -> Reservation {
+    s.reserve_ask(k, rid, a, 60).await.unwrap().unwrap()
+}
+
+async fn standing(s: &EmbeddedStore, scope: Scope, id: &str, at: i64) -> Standing {
+    s.standing(scope, id, &periods(&TimeZone::UTC, at), at.div_euclid(60))
+        .await
+        .unwrap()
+}
+
+fn usage(key_id: &str, rid: &str, prompt: u64, completion: u64, cost: Micros) -> UsageRecord {
+    UsageRecord {
+        request_id: rid.into(),
+        time_ms: AT * 1000,
+        key_id: key_id.into(),
+        endpoint: "/v1/chat/completions".into(),
+        model: "m".into(),
+        channel: "c".into(),
+        prompt_tokens: prompt,
+        completion_tokens: completion,
+        cached_tokens: 0,
+        cost,
+        estimated: false,
+        overrun: 0,
+        status: 200,
+        latency_ms: 1,
+        stream: false,
+        group: None,
+    }
+}
+
+#[tokio::test]
+async fn a_day_budget_refuses_once_spent_and_the_next_day_is_fresh() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_key(&key("k", None, None, day_budget(1_000)))
+        .await
+        .unwrap();
+    let r = grant(&s, "k", "r1", &ask(1, 600, AT, None)).await;
+    assert_eq!(r.amount, 600);
+    s.settle(&r, 600).await.unwrap();
+    let r = grant(&s, "k", "r2", &ask(1, 600, AT + 60, None)).await;
+    assert_eq!(r.amount, 400, "clamped to what the day leaves");
+    s.settle(&r, 400).await.unwrap();
+    assert_eq!(
+        s.reserve_ask("k", "r3", &ask(1, 600, AT + 120, None), 60)
+            .await
+            .unwrap(),
+        limit(Scope::Key, LimitKind::Budget(PeriodKind::Day))
+    );
+    let next = grant(&s, "k", "r4", &ask(1, 600, AT + DAY, None)).await;
+    assert_eq!(next.amount, 600, "a new day's label starts from nothing");
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 1_000);
+}
+
+#[tokio::test]
+async fn the_grant_is_what_the_tightest_limit_leaves_and_the_first_short_one_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let policy = Policy {
+        budget_day: Some(200),
+        budget_week: Some(500),
+        budget_month: Some(2_000),
+        ..Policy::default()
+    };
+    s.create_key(&key("k", Some(300), None, policy))
+        .await
+        .unwrap();
+    let a = |min, max| ask(min, max, AT, None);
+    assert_eq!(
+        s.reserve_ask("k", "r1", &a(400, 5_000), 60).await.unwrap(),
+        Err(ReserveDenied::QuotaExhausted),
+        "the lifetime cap is checked first"
+    );
+    assert_eq!(
+        s.reserve_ask("k", "r2", &a(250, 5_000), 60).await.unwrap(),
+        limit(Scope::Key, LimitKind::Budget(PeriodKind::Day))
+    );
+    let r = grant(&s, "k", "r3", &a(150, 5_000)).await;
+    assert_eq!(
+        r.amount, 200,
+        "min(300 lifetime, 200 day, 500 week, 2000 month)"
+    );
+    s.settle(&r, 200).await.unwrap();
+    // The next day: the week (300 left) and the lifetime (100 left) bind.
+    let r = grant(&s, "k", "r4", &ask(0, 5_000, AT + DAY, None)).await;
+    assert_eq!(r.amount, 100);
+}
+
+#[tokio::test]
+async fn a_group_budget_is_shared_by_its_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_group(&group("g", None, day_budget(1_000)))
+        .await
+        .unwrap();
+    for k in ["a", "b"] {
+        s.create_key(&key(k, None, Some("g"), Policy::default()))
+            .await
+            .unwrap();
+    }
+    let r = grant(&s, "a", "r1", &ask(1, 700, AT, Some("g"))).await;
+    assert_eq!(r.amount, 700);
+    let other = grant(&s, "b", "r2", &ask(1, 700, AT, Some("g"))).await;
+    assert_eq!(other.amount, 300, "held by the other key counts too");
+    s.settle(&r, 700).await.unwrap();
+    s.settle(&other, 300).await.unwrap();
+    assert_eq!(
+        s.reserve_ask("a", "r3", &ask(1, 1, AT, Some("g")), 60)
+            .await
+            .unwrap(),
+        limit(Scope::Group, LimitKind::Budget(PeriodKind::Day))
+    );
+    assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, 1_000);
+    assert_eq!(standing(&s, Scope::Group, "g", AT).await.day, 1_000);
+    assert_eq!(
+        standing(&s, Scope::Key, "a", AT).await.day,
+        0,
+        "no key budget: not counted"
+    );
+}
+
+#[tokio::test]
+async fn a_group_lifetime_cap_binds_every_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_group(&group("g", Some(500), Policy::default()))
+        .await
+        .unwrap();
+    for k in ["a", "b"] {
+        s.create_key(&key(k, Some(10_000), Some("g"), Policy::default()))
+            .await
+            .unwrap();
+    }
+    let r = grant(&s, "a", "r1", &ask(400, 400, AT, Some("g"))).await;
+    assert_eq!(
+        s.reserve_ask("b", "r2", &ask(200, 200, AT, Some("g")), 60)
+            .await
+            .unwrap(),
+        limit(Scope::Group, LimitKind::Quota)
+    );
+    assert_eq!(
+        grant(&s, "b", "r3", &ask(0, 200, AT, Some("g")))
+            .await
+            .amount,
+        100
+    );
+    s.settle(&r, 350).await.unwrap();
+    assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, 350);
+    assert_eq!(
+        grant(&s, "b", "r4", &ask(0, 200, AT, Some("g")))
+            .await
+            .amount,
+        50,
+        "500 - 350 settled - 100 held"
+    );
+}
+
+#[tokio::test]
+async fn tpm_is_all_or_nothing_and_settles_to_the_real_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let tpm = |n| Policy {
+        tpm: Some(n),
+        ..Policy::default()
+    };
+    s.create_group(&group("g", None, tpm(5_000))).await.unwrap();
+    s.create_key(&key("k", None, Some("g"), tpm(1_000)))
+        .await
+        .unwrap();
+    let a = |n| tokens(ask(0, 10, AT, Some("g")), n);
+    let r1 = grant(&s, "k", "r1", &a(600)).await;
+    assert_eq!(
+        s.reserve_ask("k", "r2", &a(600), 60).await.unwrap(),
+        limit(Scope::Key, LimitKind::Tpm),
+        "600 more would pass 1000: nothing is taken"
+    );
+    let r3 = grant(&s, "k", "r3", &a(400)).await;
+    assert_eq!(standing(&s, Scope::Key, "k", AT).await.minute_tokens, 1_000);
+    // 150 tokens were used of the 600 held: the minute keeps 150.
+    s.settle_logged(&r1, 5, &usage("k", "r1", 100, 50, 5))
+        .await
+        .unwrap();
+    assert_eq!(standing(&s, Scope::Key, "k", AT).await.minute_tokens, 550);
+    assert_eq!(standing(&s, Scope::Group, "g", AT).await.minute_tokens, 550);
+    grant(&s, "k", "r4", &a(450)).await;
+    // A settle without a record keeps what was held.
+    s.settle(&r3, 1).await.unwrap();
+    assert_eq!(standing(&s, Scope::Key, "k", AT).await.minute_tokens, 1_000);
+    // The next minute is fresh.
+    grant(
+        &s,
+        "k",
+        "r5",
+        &tokens(ask(0, 10, AT + 60, Some("g")), 1_000),
+    )
+    .await;
+    // The group's own tpm: another key of the group, without a tpm of its own.
+    s.create_key(&key("k2", None, Some("g"), Policy::default()))
+        .await
+        .unwrap();
+    grant(
+        &s,
+        "k2",
+        "r6",
+        &tokens(ask(0, 10, AT + 60, Some("g")), 4_000),
+    )
+    .await;
+    assert_eq!(
+        s.reserve_ask("k2", "r7", &tokens(ask(0, 10, AT + 60, Some("g")), 1), 60)
+            .await
+            .unwrap(),
+        limit(Scope::Group, LimitKind::Tpm)
+    );
+}
+
+#[tokio::test]
+async fn max_concurrent_refuses_the_extra_one_and_frees_on_settle_and_expiry() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let most = |n| Policy {
+        max_concurrent: Some(n),
+        ..Policy::default()
+    };
+    s.create_group(&group("g", None, most(3))).await.unwrap();
+    s.create_key(&key("k", None, Some("g"), most(2)))
+        .await
+        .unwrap();
+    s.create_key(&key("k2", None, Some("g"), Policy::default()))
+        .await
+        .unwrap();
+    let a = ask(0, 10, AT, Some("g"));
+    let r1 = grant(&s, "k", "r1", &a).await;
+    grant(&s, "k", "r2", &a).await;
+    assert_eq!(
+        s.reserve_ask("k", "r3", &a, 60).await.unwrap(),
+        limit(Scope::Key, LimitKind::Concurrent)
+    );
+    s.settle(&r1, 1).await.unwrap();
+    grant(&s, "k", "r3", &a).await;
+    assert_eq!(standing(&s, Scope::Key, "k", AT).await.in_flight, 2);
+    // The group's: 2 of k and 1 of k2 make 3.
+    grant(&s, "k2", "r4", &a).await;
+    assert_eq!(
+        s.reserve_ask("k2", "r5", &a, 60).await.unwrap(),
+        limit(Scope::Group, LimitKind::Concurrent)
+    );
+    assert_eq!(standing(&s, Scope::Group, "g", AT).await.in_flight, 3);
+    // Expired holds leave the counts.
+    s.advance_clock(61);
+    assert_eq!(standing(&s, Scope::Group, "g", AT).await.in_flight, 0);
+    grant(&s, "k", "r6", &a).await;
+    grant(&s, "k", "r7", &a).await;
+    grant(&s, "k2", "r8", &a).await;
+}
+
+#[tokio::test]
+async fn an_ask_naming_another_group_than_the_key_s_is_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    for g in ["g", "h"] {
+        s.create_group(&group(g, None, Policy::default()))
+            .await
+            .unwrap();
+    }
+    s.create_key(&key("k", None, Some("g"), Policy::default()))
+        .await
+        .unwrap();
+    s.create_key(&key("free", None, None, Policy::default()))
+        .await
+        .unwrap();
+    for (k, g) in [("k", None), ("k", Some("h")), ("free", Some("g"))] {
+        assert_eq!(
+            s.reserve_ask(k, "r", &ask(0, 1, AT, g), 60).await.unwrap(),
+            Err(ReserveDenied::Stale),
+            "{k} asked with {g:?}"
+        );
+    }
+    assert_eq!(
+        s.reserve("k", "r", 0, 1, 60).await.unwrap(),
+        Err(ReserveDenied::Stale),
+        "money-only reserves are for keys in no group"
+    );
+    // Moved to h: the ledger follows the update.
+    let patch = KeyPatch {
+        group: Some(Some("h".into())),
+        ..KeyPatch::default()
+    };
+    let rec = s.update_key("k", &patch).await.unwrap().unwrap();
+    assert_eq!(rec.group.as_deref(), Some("h"));
+    grant(&s, "k", "r1", &ask(0, 1, AT, Some("h"))).await;
+    assert_eq!(
+        s.reserve_ask("k", "r2", &ask(0, 1, AT, Some("g")), 60)
+            .await
+            .unwrap(),
+        Err(ReserveDenied::Stale)
+    );
+}
+
+#[tokio::test]
+async fn a_missing_or_disabled_group_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_key(&key("k", None, Some("g"), Policy::default()))
+        .await
+        .unwrap();
+    let a = ask(0, 1, AT, Some("g"));
+    let refused = limit(Scope::Group, LimitKind::Group);
+    assert_eq!(s.reserve_ask("k", "r1", &a, 60).await.unwrap(), refused);
+    let mut g = group("g", None, Policy::default());
+    g.status = KeyStatus::Disabled;
+    s.create_group(&g).await.unwrap();
+    assert_eq!(s.reserve_ask("k", "r2", &a, 60).await.unwrap(), refused);
+    let enable = GroupPatch {
+        status: Some(KeyStatus::Enabled),
+        ..GroupPatch::default()
+    };
+    s.update_group("g", &enable).await.unwrap().unwrap();
+    grant(&s, "k", "r3", &a).await;
+    assert!(s.delete_group("g").await.unwrap());
+    assert_eq!(s.reserve_ask("k", "r4", &a, 60).await.unwrap(), refused);
+}
+
+#[tokio::test]
+async fn a_settle_after_expiry_charges_the_period_and_group_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_group(&group("g", Some(10_000), day_budget(1_000)))
+        .await
+        .unwrap();
+    s.create_key(&key("k", None, Some("g"), day_budget(1_000)))
+        .await
+        .unwrap();
+    let r = s
+        .reserve_ask("k", "r1", &ask(0, 600, AT, Some("g")), 10)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(standing(&s, Scope::Key, "k", AT).await.day, 600);
+    s.advance_clock(11);
+    let k = standing(&s, Scope::Key, "k", AT).await;
+    assert_eq!((k.day, k.in_flight), (0, 0), "the expired hold is released");
+    assert_eq!(standing(&s, Scope::Group, "g", AT).await.day, 0);
+    s.settle(&r, 500).await.unwrap();
+    assert_eq!(standing(&s, Scope::Key, "k", AT).await.day, 500);
+    assert_eq!(standing(&s, Scope::Group, "g", AT).await.day, 500);
+    assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, 500);
+    assert_eq!(
+        grant(&s, "k", "r2", &ask(0, 1_000, AT, Some("g")))
+            .await
+            .amount,
+        500
+    );
+}
+
+#[tokio::test]
+async fn settled_period_spend_and_group_spend_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        s.create_group(&group("g", Some(5_000), day_budget(2_000)))
+            .await
+            .unwrap();
+        s.create_key(&key("k", None, Some("g"), day_budget(1_000)))
+            .await
+            .unwrap();
+        let r = grant(&s, "k", "r1", &ask(0, 700, AT, Some("g"))).await;
+        s.settle(&r, 700).await.unwrap();
+    }
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.lock_exclusive().unwrap();
+    let rec = s.get_key("k").await.unwrap().unwrap();
+    assert_eq!(rec.group.as_deref(), Some("g"));
+    assert_eq!(rec.policy, day_budget(1_000));
+    assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, 700);
+    assert_eq!(standing(&s, Scope::Key, "k", AT).await.day, 700);
+    assert_eq!(standing(&s, Scope::Group, "g", AT).await.day, 700);
+    assert_eq!(
+        grant(&s, "k", "r2", &ask(0, 1_000, AT, Some("g")))
+            .await
+            .amount,
+        300
+    );
+}
+
+#[tokio::test]
+async fn a_task_hold_keeps_its_counters_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = {
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        s.create_group(&group("g", None, day_budget(2_000)))
+            .await
+            .unwrap();
+        s.create_key(&key("k", None, Some("g"), day_budget(1_000)))
+            .await
+            .unwrap();
+        grant(&s, "k", "task_1", &ask(0, 800, AT, Some("g"))).await
+    };
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.lock_exclusive().unwrap();
+    // Still held, on the key's day and the group's.
+    assert_eq!(standing(&s, Scope::Group, "g", AT).await.day, 800);
+    assert_eq!(standing(&s, Scope::Key, "k", AT).await.day, 800);
+    // The settle charges the day the hold was on, whatever day it is now.
+    s.settle(&r, 300).await.unwrap();
+    assert_eq!(standing(&s, Scope::Key, "k", AT).await.day, 300);
+    assert_eq!(standing(&s, Scope::Group, "g", AT).await.day, 300);
+    assert_eq!(standing(&s, Scope::Key, "k", AT + DAY).await.day, 0);
+    assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, 300);
+}
+
+#[tokio::test]
+async fn a_settle_of_a_task_whose_account_is_not_loaded_charges_its_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = {
+        let s = EmbeddedStore::open(dir.path()).unwrap();
+        s.create_group(&group("g", None, day_budget(2_000)))
+            .await
+            .unwrap();
+        s.create_key(&key("k", None, Some("g"), day_budget(1_000)))
+            .await
+            .unwrap();
+        s.reserve_ask("k", "task_1", &ask(0, 800, AT, Some("g")), 10)
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    // Expired by the time the store opens: not loaded, but its row says what it was on.
+    Connection::open(dir.path().join("gateway.db"))
+        .unwrap()
+        .execute("UPDATE reservations SET expires_at = 1", [])
+        .unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    assert!(!s.ledger.is_loaded("k"));
+    s.settle(&r, 300).await.unwrap();
+    assert_eq!(standing(&s, Scope::Key, "k", AT).await.day, 300);
+    assert_eq!(standing(&s, Scope::Group, "g", AT).await.day, 300);
+    assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, 300);
+}
+
+#[tokio::test]
+async fn reserve_and_settle_stay_idempotent_with_a_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let policy = Policy {
+        budget_day: Some(1_000),
+        tpm: Some(10_000),
+        max_concurrent: Some(5),
+        ..Policy::default()
+    };
+    s.create_group(&group("g", Some(5_000), policy.clone()))
+        .await
+        .unwrap();
+    s.create_key(&key("k", Some(5_000), Some("g"), policy))
+        .await
+        .unwrap();
+    let a = tokens(ask(0, 400, AT, Some("g")), 100);
+    let r = grant(&s, "k", "r1", &a).await;
+    let again = grant(&s, "k", "r1", &tokens(ask(0, 900, AT, Some("g")), 100)).await;
+    assert_eq!(again, r);
+    for scope in [Scope::Key, Scope::Group] {
+        let id = if scope == Scope::Key { "k" } else { "g" };
+        let st = standing(&s, scope, id, AT).await;
+        assert_eq!((st.day, st.minute_tokens, st.in_flight), (400, 100, 1));
+    }
+    s.settle(&r, 250).await.unwrap();
+    s.settle(&r, 250).await.unwrap();
+    for scope in [Scope::Key, Scope::Group] {
+        let id = if scope == Scope::Key { "k" } else { "g" };
+        let st = standing(&s, scope, id, AT).await;
+        assert_eq!((st.day, st.minute_tokens, st.in_flight), (250, 100, 0));
+    }
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 250);
+    assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, 250);
+    assert_eq!(
+        s.reserve_ask("k", "r1", &a, 60).await.unwrap(),
+        Err(ReserveDenied::Released)
+    );
+}
+
+#[tokio::test]
+async fn standing_reports_each_period_the_minute_and_requests_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    assert_eq!(
+        standing(&s, Scope::Key, "nobody", AT).await,
+        Standing::default()
+    );
+    assert_eq!(
+        standing(&s, Scope::Group, "none", AT).await,
+        Standing::default()
+    );
+    let policy = Policy {
+        budget_day: Some(10_000),
+        budget_week: Some(10_000),
+        budget_month: Some(10_000),
+        ..Policy::default()
+    };
+    s.create_key(&key("k", None, None, policy)).await.unwrap();
+    // Yesterday (same week and month), then today with one still held.
+    let r = grant(&s, "k", "r1", &ask(0, 100, AT - DAY, None)).await;
+    s.settle(&r, 100).await.unwrap();
+    let r = grant(&s, "k", "r2", &ask(0, 200, AT, None)).await;
+    s.settle(&r, 150).await.unwrap();
+    grant(&s, "k", "r3", &tokens(ask(0, 30, AT, None), 77)).await;
+    let st = standing(&s, Scope::Key, "k", AT).await;
+    assert_eq!(
+        st,
+        Standing {
+            day: 180,
+            week: 280,
+            month: 280,
+            minute_tokens: 77,
+            in_flight: 1,
+        }
+    );
+    assert_eq!(
+        standing(&s, Scope::Key, "k", AT + 60).await.minute_tokens,
+        0
+    );
+}
+
+#[tokio::test]
+async fn update_key_persists_group_and_policy_and_the_ledger_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_key(&key("k", None, None, Policy::default()))
+        .await
+        .unwrap();
+    assert_eq!(
+        grant(&s, "k", "r1", &ask(0, 500, AT, None)).await.amount,
+        500
+    );
+    let patch = KeyPatch {
+        policy: PolicyPatch {
+            budget_day: Some(Some(100)),
+            ..PolicyPatch::default()
+        },
+        ..KeyPatch::default()
+    };
+    s.update_key("k", &patch).await.unwrap().unwrap();
+    assert_eq!(
+        grant(&s, "k", "r2", &ask(0, 500, AT, None)).await.amount,
+        100
+    );
+    assert_eq!(
+        s.get_key("k").await.unwrap().unwrap().policy.budget_day,
+        Some(100)
+    );
+    let clear = KeyPatch {
+        policy: PolicyPatch {
+            budget_day: Some(None),
+            ..PolicyPatch::default()
+        },
+        ..KeyPatch::default()
+    };
+    s.update_key("k", &clear).await.unwrap().unwrap();
+    assert_eq!(
+        grant(&s, "k", "r3", &ask(0, 500, AT, None)).await.amount,
+        500
+    );
+    assert_eq!(s.list_keys().await.unwrap()[0].policy, Policy::default());
+}
+
+#[tokio::test]
+async fn groups_are_created_once_listed_updated_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let mut b = group("b", Some(10), day_budget(5));
+    b.created_at = 1;
+    s.create_group(&b).await.unwrap();
+    s.create_group(&group("a", None, Policy::default()))
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.create_group(&group("a", None, Policy::default())).await,
+        Err(StoreError::Conflict(_))
+    ));
+    let ids: Vec<_> = s
+        .list_groups()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|g| g.id)
+        .collect();
+    assert_eq!(ids, ["a", "b"]);
+    assert_eq!(s.get_group("b").await.unwrap().unwrap(), b);
+    let patch = GroupPatch {
+        name: Some("renamed".into()),
+        quota_limit: Some(None),
+        policy: PolicyPatch {
+            tpm: Some(Some(9)),
+            ..PolicyPatch::default()
+        },
+        ..GroupPatch::default()
+    };
+    let g = s.update_group("b", &patch).await.unwrap().unwrap();
+    assert_eq!(
+        (g.name.as_str(), g.quota_limit, g.policy.tpm),
+        ("renamed", None, Some(9))
+    );
+    assert_eq!(s.get_group("b").await.unwrap().unwrap(), g);
+    assert_eq!(s.update_group("zz", &patch).await.unwrap(), None);
+    assert!(s.delete_group("b").await.unwrap());
+    assert!(!s.delete_group("b").await.unwrap());
+    assert_eq!(s.get_group("b").await.unwrap(), None);
+}
+
+/// A database written before keys had groups and policies opens, and gains the columns.
+#[tokio::test]
+async fn an_older_database_gains_the_new_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let c = Connection::open(dir.path().join("gateway.db")).unwrap();
+        c.execute_batch(
+            "CREATE TABLE keys (
+                id TEXT PRIMARY KEY, hash TEXT NOT NULL, display TEXT NOT NULL, name TEXT NOT NULL,
+                status TEXT NOT NULL, created_at INTEGER NOT NULL, expires_at INTEGER,
+                models TEXT NOT NULL, allow_ips TEXT NOT NULL, rpm INTEGER,
+                quota_limit INTEGER, quota_used INTEGER NOT NULL DEFAULT 0);
+             CREATE TABLE reservations (
+                id TEXT PRIMARY KEY, key_id TEXT NOT NULL, amount INTEGER NOT NULL,
+                expires_at INTEGER NOT NULL);
+             INSERT INTO keys VALUES ('k', 'h', 'd', 'n', 'enabled', 0, NULL, '[]', '[]', NULL, 100, 40);",
+        )
+        .unwrap();
+    }
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let rec = s.get_key("k").await.unwrap().unwrap();
+    assert_eq!(
+        (rec.quota_used, rec.group, rec.policy),
+        (40, None, Policy::default())
+    );
+    assert_eq!(
+        grant(&s, "k", "task_1", &ask(0, 100, AT, None))
+            .await
+            .amount,
+        60
+    );
+}
+
+/// Many requests at once on a key with a small day budget in a group with a budget of
+/// its own: neither is ever passed, and what was settled is what the counters say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_never_spends_past_a_key_or_group_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    s.create_group(&group("g", None, day_budget(1_500)))
+        .await
+        .unwrap();
+    for k in ["a", "b"] {
+        s.create_key(&key(k, None, Some("g"), day_budget(1_000)))
+            .await
+            .unwrap();
+    }
+    let tasks: Vec<_> = (0..64)
+        .map(|n| {
+            let s = s.clone();
+            let k = if n % 2 == 0 { "a" } else { "b" };
+            tokio::spawn(async move {
+                let rid = format!("r{n}");
+                match s
+                    .reserve_ask(k, &rid, &ask(1, 70, AT, Some("g")), 60)
+                    .await
+                    .unwrap()
+                {
+                    Ok(r) => {
+                        tokio::task::yield_now().await;
+                        let spent = r.amount - (n as Micros % 3);
+                        s.settle(&r, spent).await.unwrap();
+                        (k, spent)
+                    }
+                    Err(ReserveDenied::Limit(_)) => (k, 0),
+                    Err(e) => panic!("{e:?}"),
+                }
+            })
+        })
+        .collect();
+    let (mut a, mut b) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            ("a", n) => a += n,
+            (_, n) => b += n,
+        }
+    }
+    assert!(a <= 1_000 && b <= 1_000 && a + b <= 1_500, "{a} {b}");
+    // Every refusal met a full budget; a settle gives back at most 2 of its grant.
+    assert!(a + b >= 1_500 - 2 * 64, "the budgets were used: {a} + {b}");
+    assert_eq!(standing(&s, Scope::Key, "a", AT).await.day, a);
+    assert_eq!(standing(&s, Scope::Key, "b", AT).await.day, b);
+    let g = standing(&s, Scope::Group, "g", AT).await;
+    assert_eq!((g.day, g.in_flight), (a + b, 0));
+    assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, a + b);
+    assert_eq!(s.get_key("a").await.unwrap().unwrap().quota_used, a);
+}
+
+#[tokio::test]
+async fn a_group_made_anew_starts_from_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    s.create_group(&group("g", Some(1_000), day_budget(1_000)))
+        .await
+        .unwrap();
+    s.create_key(&key("k", None, Some("g"), Policy::default()))
+        .await
+        .unwrap();
+    let a = ask(0, 400, AT, Some("g"));
+    let spent = grant(&s, "k", "r1", &a).await;
+    s.settle(&spent, 300).await.unwrap();
+    let late = grant(&s, "k", "r2", &a).await;
+    assert!(s.delete_group("g").await.unwrap());
+    // Settled after the group went: the key pays, the group's counters are gone.
+    s.settle(&late, 400).await.unwrap();
+    s.create_group(&group("g", Some(1_000), day_budget(1_000)))
+        .await
+        .unwrap();
+    assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, 0);
+    assert_eq!(
+        standing(&s, Scope::Group, "g", AT).await,
+        Standing::default()
+    );
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 700);
+    assert_eq!(
+        grant(&s, "k", "r3", &ask(0, 5_000, AT, Some("g")))
+            .await
+            .amount,
+        1_000
+    );
+}
