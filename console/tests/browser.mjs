@@ -326,6 +326,11 @@ try {
   await once('spend by group', grouped);
   await shot('spend-by-group');
 
+  log('the group’s requests');
+  await go('#/requests?group=team-a');
+  await until('one request of the group', async () => (await page.locator('table[aria-label=Requests] tbody tr').count()) === 1);
+  assert.match(await page.locator('table[aria-label=Requests] tbody tr').innerText(), /grouped key/);
+
   log('the groups page, on a phone too');
   await go('#/groups');
   const groupRow = page.locator('tr[data-group-id=team-a]');

@@ -86,6 +86,9 @@ function GroupDetail({ id }) {
         <a class="button" href={href('spend', { group: id })}>
           Spend
         </a>
+        <a class="button" href={href('requests', { group: id })}>
+          Requests
+        </a>
         <button onClick={group.reload} disabled={group.loading}>
           {group.loading ? 'Loading…' : 'Refresh'}
         </button>
