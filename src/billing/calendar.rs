@@ -112,6 +112,7 @@ impl Calendar {
             at,
             periods: self.periods(key.policy.time_zone.as_deref(), at),
             group,
+            in_flight: true,
         }
     }
 }

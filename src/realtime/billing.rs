@@ -160,6 +160,8 @@ impl Meter {
             min,
             max,
             tokens: 0,
+            // The session already counts as one request in flight.
+            in_flight: false,
             ..a.ask.clone()
         };
         let outcome = crate::billing::reserve(&a.store, &a.key_id, &id, &ask, a.ttl_secs).await;

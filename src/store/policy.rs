@@ -330,6 +330,9 @@ pub struct Ask {
     /// The key's group as the caller read it: the store refuses with
     /// [`super::ReserveDenied::Stale`] when the key's group is another.
     pub group: Option<GroupAsk>,
+    /// The hold is a request in flight, counted against `max_concurrent` (`false`: more
+    /// money for a request that already counts, such as a realtime session's next block).
+    pub in_flight: bool,
 }
 
 impl Ask {
@@ -342,6 +345,7 @@ impl Ask {
             at,
             periods: periods(&TimeZone::UTC, at),
             group: None,
+            in_flight: true,
         }
     }
 

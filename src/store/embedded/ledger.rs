@@ -106,6 +106,8 @@ struct Hold {
     minute: i64,
     /// `None` for a key with no budget and no group: nothing beyond the lifetime cap.
     on: Option<Box<On>>,
+    /// Counted in flight (`Ask::in_flight`).
+    counted: bool,
 }
 
 impl Hold {
@@ -217,22 +219,27 @@ impl Counters {
         self.periods.get_mut(label).expect("inserted above")
     }
 
-    fn hold(&mut self, labels: &[(String, i64)], amount: Micros, now: i64) {
+    /// `counted`: the hold is a request in flight (see `Ask::in_flight`).
+    fn hold(&mut self, labels: &[(String, i64)], amount: Micros, now: i64, counted: bool) {
         self.held += amount;
         for (label, end) in labels {
             self.period(label, *end, now).held += amount;
         }
-        self.in_flight += 1;
+        if counted {
+            self.in_flight += 1;
+        }
     }
 
-    fn release(&mut self, labels: &[(String, i64)], amount: Micros) {
+    fn release(&mut self, labels: &[(String, i64)], amount: Micros, counted: bool) {
         self.held -= amount;
         for (label, _) in labels {
             if let Some(s) = self.periods.get_mut(label) {
                 s.held -= amount;
             }
         }
-        self.in_flight = self.in_flight.saturating_sub(1);
+        if counted {
+            self.in_flight = self.in_flight.saturating_sub(1);
+        }
     }
 
     fn charge(&mut self, labels: &[(String, i64)], actual: Micros, now: i64) {
@@ -273,11 +280,11 @@ type Groups = HashMap<String, GroupAccount>;
 /// Takes a hold's money (and its place in flight) off every counter it is on.
 fn release(c: &mut Counters, groups: &mut Groups, h: &Hold) {
     match h.on.as_deref() {
-        None => c.release(&[], h.amount),
+        None => c.release(&[], h.amount, h.counted),
         Some(on) => {
-            c.release(&on.key, h.amount);
+            c.release(&on.key, h.amount, h.counted);
             if let Some(g) = on.group.as_ref().and_then(|g| groups.get_mut(g)) {
-                g.c.release(&on.group_periods, h.amount);
+                g.c.release(&on.group_periods, h.amount, h.counted);
             }
         }
     }
@@ -516,12 +523,15 @@ impl Ledger {
                 return refuse(Limit::group(LimitKind::Tpm));
             }
         }
-        if let Some(most) = f.policy.max_concurrent {
+        if let Some(most) = f.policy.max_concurrent.filter(|_| ask.in_flight) {
             if a.c.in_flight >= most {
                 return refuse(Limit::key(LimitKind::Concurrent));
             }
         }
-        if let Some((Some(most), c)) = group_policy.map(|(p, c)| (p.max_concurrent, c)) {
+        if let Some((Some(most), c)) = group_policy
+            .filter(|_| ask.in_flight)
+            .map(|(p, c)| (p.max_concurrent, c))
+        {
             if c.in_flight >= most {
                 return refuse(Limit::group(LimitKind::Concurrent));
             }
@@ -539,10 +549,10 @@ impl Ledger {
             }))
         };
         let key_on = on.as_deref().map_or(&[][..], |o| &o.key[..]);
-        a.c.hold(key_on, amount, now);
+        a.c.hold(key_on, amount, now, ask.in_flight);
         a.c.add_tokens(minute, ask.tokens);
         if let (Some((g, _)), Some(on)) = (&mut group, on.as_deref()) {
-            g.c.hold(&on.group_periods, amount, now);
+            g.c.hold(&on.group_periods, amount, now, ask.in_flight);
             g.c.add_tokens(minute, ask.tokens);
         }
         let expires = now.saturating_add(ttl_secs.min(i64::MAX as u64) as i64);
@@ -554,6 +564,7 @@ impl Ledger {
                 tokens: ask.tokens,
                 minute,
                 on,
+                counted: ask.in_flight,
             },
         );
         b.next_expiry = b.next_expiry.min(expires);
@@ -706,13 +717,15 @@ impl Ledger {
                 tokens: d.detail.tokens,
                 minute: d.detail.minute,
                 on,
+                // Only task holds are durable, and a task is a request in flight.
+                counted: true,
             };
             let key_on = h.on.as_deref().map_or(&[][..], |o| &o.key[..]);
-            c.hold(key_on, h.amount, now);
+            c.hold(key_on, h.amount, now, h.counted);
             c.add_tokens(h.minute, h.tokens);
             if let Some(on) = h.on.as_deref() {
                 if let Some(g) = on.group.as_ref().and_then(|g| b.groups.get_mut(g)) {
-                    g.c.hold(&on.group_periods, h.amount, now);
+                    g.c.hold(&on.group_periods, h.amount, now, h.counted);
                     g.c.add_tokens(h.minute, h.tokens);
                 }
             }

@@ -61,6 +61,7 @@ fn ask(min: Micros, max: Micros, at: i64, group: Option<&str>) -> Ask {
             id: g.into(),
             periods: periods(&TimeZone::UTC, at),
         }),
+        in_flight: true,
     }
 }
 
@@ -330,6 +331,39 @@ async fn max_concurrent_refuses_the_extra_one_and_frees_on_settle_and_expiry() {
     grant(&s, "k", "r6", &a).await;
     grant(&s, "k", "r7", &a).await;
     grant(&s, "k2", "r8", &a).await;
+}
+
+#[tokio::test]
+async fn more_money_for_a_request_in_flight_does_not_count_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let one = Policy {
+        max_concurrent: Some(1),
+        ..Policy::default()
+    };
+    s.create_group(&group("g", None, one.clone()))
+        .await
+        .unwrap();
+    s.create_key(&key("k", None, Some("g"), one)).await.unwrap();
+    let a = ask(0, 10, AT, Some("g"));
+    let first = grant(&s, "k", "session", &a).await;
+    // A realtime session's next block: granted, and the session still counts once.
+    let more = Ask {
+        in_flight: false,
+        ..a.clone()
+    };
+    let block = grant(&s, "k", "session-1", &more).await;
+    assert_eq!(standing(&s, Scope::Key, "k", AT).await.in_flight, 1);
+    assert_eq!(standing(&s, Scope::Group, "g", AT).await.in_flight, 1);
+    assert_eq!(
+        s.reserve_ask("k", "other", &a, 60).await.unwrap(),
+        limit(Scope::Key, LimitKind::Concurrent)
+    );
+    s.settle(&block, 1).await.unwrap();
+    assert_eq!(standing(&s, Scope::Key, "k", AT).await.in_flight, 1);
+    s.settle(&first, 1).await.unwrap();
+    assert_eq!(standing(&s, Scope::Group, "g", AT).await.in_flight, 0);
+    grant(&s, "k", "other", &a).await;
 }
 
 #[tokio::test]
