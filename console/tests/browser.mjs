@@ -274,6 +274,7 @@ try {
   await page.fill('#field-time_zone', 'Mars/Olympus');
   await until('the group among the choices', async () => (await page.locator('#field-group option[value=team-a]').count()) === 1);
   await page.selectOption('#field-group', 'team-a');
+  await shot('key-form');
   await page.getByRole('button', { name: 'Create key' }).click();
   await page.getByText('`Mars/Olympus` is not a time zone').first().waitFor();
   await page.fill('#field-time_zone', 'UTC');
