@@ -242,6 +242,30 @@ async fn one_extension_per_block_of_spend() {
     assert_eq!(m.reserved(), 2 * BLOCK);
 }
 
+/// A key that may have one request in flight: the session is that one, and its next
+/// blocks are more money for it, not more requests.
+#[tokio::test]
+async fn extensions_do_not_count_as_more_requests_in_flight() {
+    let f = fixture(None).await;
+    let patch = KeyPatch {
+        policy: crate::store::PolicyPatch {
+            max_concurrent: Some(Some(1)),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    f.store.update_key(&f.key, &patch).await.unwrap();
+    let mut m = f.meter().await;
+    m.add(&usage(1000, 0, 100));
+    assert_eq!(m.top_up().await, Ok(()));
+    assert_eq!(m.extensions, 1);
+    assert_eq!(m.reserved(), 2 * BLOCK, "the extension was granted");
+    assert!(
+        !f.can_reserve(1).await,
+        "another request is refused: one is in flight"
+    );
+}
+
 #[tokio::test]
 async fn a_large_response_sizes_the_next_extension() {
     let f = fixture(None).await;
