@@ -8,6 +8,7 @@ import { session, tryToken, whenRefused } from './api.js';
 import { ErrorBox } from './ui.jsx';
 import { parseHash } from './nav.js';
 import { KeysPage } from './pages/keys.jsx';
+import { GroupsPage } from './pages/groups.jsx';
 import { SpendPage } from './pages/spend.jsx';
 import { RequestsPage } from './pages/requests.jsx';
 import { ChannelsPage } from './pages/channels.jsx';
@@ -15,6 +16,7 @@ import './style.css';
 
 const PAGES = [
   { id: 'keys', label: 'Keys', view: KeysPage },
+  { id: 'groups', label: 'Groups', view: GroupsPage },
   { id: 'spend', label: 'Spend', view: SpendPage },
   { id: 'requests', label: 'Requests', view: RequestsPage },
   { id: 'channels', label: 'Channels', view: ChannelsPage },

@@ -1,6 +1,6 @@
 // Addresses of the console's views: `#/page?param=value`.
 
-export const PAGE_IDS = ['keys', 'spend', 'requests', 'channels'];
+export const PAGE_IDS = ['keys', 'groups', 'spend', 'requests', 'channels'];
 
 export function parseHash() {
   const h = location.hash.replace(/^#\/?/, '');

@@ -10,7 +10,10 @@
 //
 // It signs in, creates a key and reads it once, makes chat requests with it, sees them
 // in the request list and in the spend chart, finds a request by the id in an error
-// message, revokes the key and sees its next request refused. Every wait has a deadline;
+// message, revokes the key and sees its next request refused. Then it creates a group
+// with a daily budget and a key in it with a tpm and a day budget, makes a request, and
+// sees every limit with what is used and left on the key's and the group's pages and the
+// spend by group; edits, disables and deletes the group. Every wait has a deadline;
 // any console error or Content-Security-Policy violation on the page fails the run.
 
 import assert from 'node:assert/strict';
@@ -137,11 +140,11 @@ try {
   await shot('key-created');
   await page.getByRole('button', { name: 'I have copied it' }).click();
   await page.locator('tr', { hasText: 'browser test' }).waitFor();
-  const once = async (where) => {
+  const once = async (where, full = secret) => {
     const html = await page.content();
-    assert.ok(!html.includes(secret), `the full key is on the page: ${where}`);
+    assert.ok(!html.includes(full), `the full key is on the page: ${where}`);
     const stored = await page.evaluate(() => JSON.stringify({ ...sessionStorage, ...localStorage }));
-    assert.ok(!stored.includes(secret), `the full key is in storage: ${where}`);
+    assert.ok(!stored.includes(full), `the full key is in storage: ${where}`);
   };
   await once('after the dialog closed');
   await page.reload();
@@ -243,6 +246,143 @@ try {
   await page.getByText('No keys yet').waitFor();
   const after = await chat(secret, 'm1');
   assert.equal(after.status, 401, JSON.stringify(after.body));
+
+  log('create a group with a daily budget');
+  await go('#/groups');
+  await page.getByText('No groups yet').waitFor();
+  await page.getByRole('button', { name: 'New group' }).click();
+  await page.fill('#field-id', 'team a');
+  await page.fill('#field-name', 'Team A');
+  await page.fill('#field-budget_day_usd', '1');
+  await page.getByRole('button', { name: 'Create group' }).click();
+  await page.locator('.field.invalid', { hasText: '`id` must be 1 to 64' }).waitFor();
+  assert.match(await text(), /The group was not created/);
+  await page.fill('#field-id', 'team-a');
+  await page.getByRole('button', { name: 'Create group' }).click();
+  await page.locator('tr[data-group-id=team-a]').waitFor();
+  assert.match(await page.locator('tr[data-group-id=team-a]').innerText(), /Team A/);
+
+  log('create a key in the group with a tpm and a day budget, through the form');
+  await go('#/keys');
+  await page.getByText('No keys yet').waitFor();
+  await page.getByRole('button', { name: 'New key' }).click();
+  await page.fill('#field-name', 'grouped key');
+  await page.fill('#field-models', 'm1');
+  await page.fill('#field-budget_day_usd', '2');
+  await page.fill('#field-tpm', '100000');
+  await page.fill('#field-max_concurrent', '4');
+  await page.fill('#field-time_zone', 'Mars/Olympus');
+  await until('the group among the choices', async () => (await page.locator('#field-group option[value=team-a]').count()) === 1);
+  await page.selectOption('#field-group', 'team-a');
+  await shot('key-form');
+  await page.getByRole('button', { name: 'Create key' }).click();
+  await page.getByText('`Mars/Olympus` is not a time zone').first().waitFor();
+  await page.fill('#field-time_zone', 'UTC');
+  await page.getByRole('button', { name: 'Create key' }).click();
+  const grouped = await (await page.waitForSelector('#new-key')).inputValue();
+  assert.match(grouped, /^sk-/);
+  await page.getByRole('button', { name: 'I have copied it' }).click();
+  const row = page.locator('tr', { hasText: 'grouped key' });
+  await row.waitFor();
+  assert.match(await row.innerText(), /team-a/);
+  await once('the grouped key in the list', grouped);
+
+  log('a chat request with it');
+  const r = await chat(grouped, 'm1');
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+
+  log('the key’s page: every limit, of the key and its group, with used and left');
+  await row.getByRole('link', { name: 'Limits' }).click();
+  const used = async (name) => page.locator(`table[aria-label="Key limits"] tr[data-limit="${name}"] td[data-used]`).innerText();
+  await until('the request counted in the key’s day budget', async () => {
+    await page.getByRole('button', { name: 'Refresh' }).click();
+    return (await used('budget.day')) !== '$0.00' && (await used('group.budget.day')) !== '$0.00';
+  });
+  const keyLimits = await page.locator('table[aria-label="Key limits"]').innerText();
+  for (const words of [/Daily budget/, /left of \$2\.00/, /Group: Daily budget/, /left of \$1\.00/, /Tokens per minute/, /left of 100,000 per minute/, /Concurrent requests/, /left of 4 at once/]) {
+    assert.match(keyLimits, words);
+  }
+  assert.match(await page.locator('table[aria-label="Key limits"] tr[data-limit=tpm] td[data-used]').innerText(), /^[1-9][\d,]* tokens this minute$/);
+  assert.match(await page.locator('dd[data-field=group]').innerText(), /team-a/);
+  await once('the key’s page', grouped);
+  await shot('key-limits');
+
+  log('the group’s page: its limits with used and left, and its keys');
+  await page.locator('dd[data-field=group] a').click();
+  await page.locator('table[aria-label="Group limits"] tr[data-limit="group.budget.day"]').waitFor();
+  const groupDay = await page.locator('table[aria-label="Group limits"] tr[data-limit="group.budget.day"]').innerText();
+  assert.match(groupDay, /left of \$1\.00/);
+  assert.doesNotMatch(await page.locator('table[aria-label="Group limits"] tr[data-limit="group.budget.day"] td[data-used]').innerText(), /^\$0\.00$/);
+  assert.match(await page.locator('ul[aria-label="Keys in this group"]').innerText(), /grouped key/);
+  await once('the group’s page', grouped);
+
+  log('spend grouped by group, and filtered by group');
+  await go('#/spend?group_by=group');
+  await until('the group’s request in the totals', async () => (await page.locator('tr[data-group=team-a]').count()) === 1);
+  assert.match(await page.locator('tr[data-group=team-a]').innerText(), /Team A\s+1\b/);
+  await page.selectOption('select[aria-label=Group]', 'team-a');
+  await until('one request for the group', async () => (await page.locator('[data-total=requests]').innerText()) === '1');
+  await page.locator('table[aria-label="Group limits"] tr[data-limit="group.budget.day"]').waitFor();
+  await page.locator('table[aria-label="Limits by key"] tr[data-limit="budget.day"]').waitFor();
+  await once('spend by group', grouped);
+  await shot('spend-by-group');
+
+  log('the group’s requests');
+  await go('#/requests?group=team-a');
+  await until('one request of the group', async () => (await page.locator('table[aria-label=Requests] tbody tr').count()) === 1);
+  assert.match(await page.locator('table[aria-label=Requests] tbody tr').innerText(), /grouped key/);
+
+  log('the groups page, on a phone too');
+  await go('#/groups');
+  const groupRow = page.locator('tr[data-group-id=team-a]');
+  await groupRow.waitFor();
+  await page.fill('input[aria-label="Search groups"]', 'nothing like it');
+  await page.getByText('No group matches').waitFor();
+  await page.fill('input[aria-label="Search groups"]', 'team');
+  await groupRow.waitFor();
+  await shot('groups');
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.emulateMedia({ colorScheme: 'dark' });
+  await groupRow.waitFor();
+  const groupsOverflow = await page.evaluate(() => document.documentElement.scrollWidth - document.documentElement.clientWidth);
+  assert.ok(groupsOverflow <= 1, `the groups page scrolls sideways on a phone by ${groupsOverflow}px`);
+  await shot('phone-dark-groups');
+  await page.setViewportSize({ width: 1280, height: 860 });
+  await page.emulateMedia({ colorScheme: 'light' });
+
+  log('edit and disable the group; its key is refused while it is disabled');
+  await groupRow.getByRole('button', { name: 'Edit' }).click();
+  assert.ok(await page.locator('#field-id').evaluate((e) => e.readOnly), 'a group\'s id cannot change');
+  await page.fill('#field-budget_week_usd', '5');
+  await page.getByRole('button', { name: 'Save' }).click();
+  await until('the weekly budget saved', async () => {
+    const g = await page.evaluate(async (t) => (await fetch('/admin/groups/team-a', { headers: { Authorization: `Bearer ${t}` } })).json(), TOKEN);
+    return g.budget_week_usd === 5 && g.budget_day_usd === 1;
+  });
+  await groupRow.getByRole('button', { name: 'Disable' }).click();
+  await groupRow.getByText('disabled').waitFor();
+  const refused = await chat(grouped, 'm1');
+  assert.ok(refused.status >= 400, `a disabled group's key answered ${refused.status}`);
+  await groupRow.getByRole('button', { name: 'Enable' }).click();
+  await groupRow.getByText('enabled').waitFor();
+
+  log('a group with keys is not deleted, and says why');
+  await groupRow.getByRole('button', { name: 'Delete' }).click();
+  await page.getByText('Delete this group?').waitFor();
+  await page.getByRole('dialog').getByRole('button', { name: 'Delete' }).click();
+  await page.getByText('still belong to group').waitFor();
+  assert.match(await text(), /The group was not deleted/);
+  await page.getByRole('button', { name: 'Keep it' }).click();
+
+  log('revoke the key, then delete the group, with confirmation');
+  await go('#/keys');
+  await page.locator('tr', { hasText: 'grouped key' }).getByRole('button', { name: 'Revoke' }).click();
+  await page.getByRole('dialog').getByRole('button', { name: 'Revoke' }).click();
+  await page.getByText('No keys yet').waitFor();
+  await go('#/groups');
+  await groupRow.getByRole('button', { name: 'Delete' }).click();
+  await page.getByRole('dialog').getByRole('button', { name: 'Delete' }).click();
+  await page.getByText('No groups yet').waitFor();
 
   log('a token revoked while signed in leads back to the sign-in form');
   await go('#/channels');

@@ -56,12 +56,17 @@ fn assert_secure(h: &reqwest::header::HeaderMap, what: &str) {
 }
 
 /// Every admin endpoint, as (method, path).
-const ENDPOINTS: [(&str, &str); 11] = [
+const ENDPOINTS: [(&str, &str); 16] = [
     ("GET", "/admin/keys"),
     ("POST", "/admin/keys"),
     ("GET", "/admin/keys/some-id"),
     ("PATCH", "/admin/keys/some-id"),
     ("DELETE", "/admin/keys/some-id"),
+    ("GET", "/admin/groups"),
+    ("POST", "/admin/groups"),
+    ("GET", "/admin/groups/some-id"),
+    ("PATCH", "/admin/groups/some-id"),
+    ("DELETE", "/admin/groups/some-id"),
     ("GET", "/admin/usage"),
     ("GET", "/admin/usage/0194c6d2a1b2c3d4e5f6a7b8c9d0"),
     ("GET", "/admin/spend"),
@@ -89,7 +94,7 @@ async fn every_admin_endpoint_refuses_a_missing_or_wrong_token() {
                     Method::from_bytes(method.as_bytes()).unwrap(),
                     format!("{}{path}", gw.admin),
                 )
-                .body(r#"{"name": "x"}"#);
+                .body(r#"{"id": "x", "name": "x"}"#);
             if let Some(a) = auth {
                 req = req.header("authorization", a);
             }
@@ -104,6 +109,12 @@ async fn every_admin_endpoint_refuses_a_missing_or_wrong_token() {
     // Nothing was created by the refused POSTs.
     let (s, keys) = gw.admin_get("/admin/keys").await;
     assert_eq!((s, keys["data"].as_array().unwrap().len()), (200, 0));
+    let (s, groups) = gw.admin_get("/admin/groups").await;
+    assert_eq!(
+        (s, groups["data"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{groups}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -368,8 +379,16 @@ async fn usage_records_filter_look_up_and_sum_on_redis() {
 async fn a_full_key_appears_in_no_answer_after_its_creation() {
     let up = upstream().await;
     let gw = TestGateway::start(&config(&up.base_url()), StoreKind::Embedded).await;
+    let (s, g) = gw
+        .admin_send(
+            Method::POST,
+            "/admin/groups",
+            Some(json!({"id": "team-a", "budget_day_usd": 5})),
+        )
+        .await;
+    assert_eq!(s, 201, "{g}");
     let (secret, id) = gw
-        .create_key(json!({"name": "once", "models": ["m1"]}))
+        .create_key(json!({"name": "once", "models": ["m1"], "group": "team-a", "tpm": 100000, "budget_day_usd": 2}))
         .await;
     let (s, _, body) = gw
         .post("/v1/chat/completions", &secret, &chat("m1", false))
@@ -391,6 +410,11 @@ async fn a_full_key_appears_in_no_answer_after_its_creation() {
         format!("/admin/usage/{rid}"),
         "/admin/spend?group_by=key".into(),
         format!("/admin/spend?key={id}"),
+        "/admin/spend?group_by=group".into(),
+        "/admin/spend?group=team-a".into(),
+        "/admin/usage?group=team-a".into(),
+        "/admin/groups".into(),
+        "/admin/groups/team-a".into(),
         "/admin/catalog".into(),
     ];
     let upstream_host = up.addr.to_string();
@@ -432,4 +456,65 @@ async fn a_full_key_appears_in_no_answer_after_its_creation() {
             .unwrap();
         assert!(!text.contains(&secret), "{path}");
     }
+}
+
+/// What the console shows when the admin API refuses a group: the error envelope's words
+/// and the parameter they are about, never an empty answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_refusals_are_answered_in_words() {
+    let gw = TestGateway::start(&config("http://127.0.0.1:9"), StoreKind::Embedded).await;
+    let words = |v: &Value| v["error"]["message"].as_str().unwrap_or("").to_string();
+    let (s, v) = gw
+        .admin_send(Method::POST, "/admin/groups", Some(json!({"id": "a b"})))
+        .await;
+    assert_eq!((s, v["error"]["param"].as_str()), (400, Some("id")), "{v}");
+    assert!(words(&v).contains("1 to 64"), "{v}");
+    let (s, v) = gw
+        .admin_send(
+            Method::POST,
+            "/admin/groups",
+            Some(json!({"name": "no id"})),
+        )
+        .await;
+    assert_eq!((s, v["error"]["param"].as_str()), (400, Some("id")), "{v}");
+    let (s, v) = gw
+        .admin_send(
+            Method::POST,
+            "/admin/groups",
+            Some(json!({"id": "team-a", "time_zone": "Mars/Olympus"})),
+        )
+        .await;
+    assert_eq!(
+        (s, v["error"]["param"].as_str()),
+        (400, Some("time_zone")),
+        "{v}"
+    );
+    let (s, v) = gw
+        .admin_send(Method::POST, "/admin/groups", Some(json!({"id": "team-a"})))
+        .await;
+    assert_eq!(s, 201, "{v}");
+    let (s, v) = gw
+        .admin_send(Method::POST, "/admin/groups", Some(json!({"id": "team-a"})))
+        .await;
+    assert_eq!((s, v["error"]["param"].as_str()), (400, Some("id")), "{v}");
+    let (s, v) = gw
+        .admin_send(Method::POST, "/admin/keys", Some(json!({"group": "nope"})))
+        .await;
+    assert_eq!(
+        (s, v["error"]["param"].as_str()),
+        (400, Some("group")),
+        "{v}"
+    );
+    let (_, id) = gw.create_key(json!({"group": "team-a"})).await;
+    let (s, v) = gw
+        .admin_send(Method::DELETE, "/admin/groups/team-a", None)
+        .await;
+    assert_eq!(s, 400, "{v}");
+    assert!(words(&v).contains("still belong"), "{v}");
+    let (s, v) = gw.admin_get("/admin/groups/team-a").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["keys"], json!([id]), "{v}");
+    let (s, v) = gw.admin_get("/admin/groups/nope").await;
+    assert_eq!(s, 404, "{v}");
+    assert!(!words(&v).is_empty(), "{v}");
 }

@@ -2,10 +2,11 @@
 // edit, disable or enable, and revoke with confirmation. Every field comes from
 // KEY_FIELDS.
 
-import { useMemo, useState } from 'preact/hooks';
+import { useEffect, useMemo, useState } from 'preact/hooks';
 import { api } from '../api.js';
 import { KEY_FIELDS, TYPES, fieldOf, getPath, setPath, shown } from '../fields.js';
 import { time } from '../format.js';
+import { LimitsTable } from '../limits.jsx';
 import { href } from '../nav.js';
 import { Badge, Dialog, Empty, ErrorBox, UsageBar, useLoad } from '../ui.jsx';
 
@@ -38,7 +39,7 @@ function matches(k, search, status) {
   if ((status === 'enabled' || status === 'disabled') && (k.status !== status || isExpired(k))) return false;
   const s = search.trim().toLowerCase();
   if (!s) return true;
-  return [k.name, k.id, k.key_display, ...(k.models || [])].some((v) => v && v.toLowerCase().includes(s));
+  return [k.name, k.id, k.key_display, k.group, ...(k.models || [])].some((v) => v && v.toLowerCase().includes(s));
 }
 
 /**
@@ -54,12 +55,23 @@ export function RecordForm({ record, onSaved, onCancel, fields = KEY_FIELDS, end
   const [errors, setErrors] = useState({});
   const [error, setError] = useState(null);
   const [busy, setBusy] = useState(false);
+  // The choices of `ref` fields (a key's group), loaded from the admin API.
+  const [choices, setChoices] = useState({});
+  useEffect(() => {
+    for (const f of fields.filter((x) => x.load)) {
+      f.load().then(
+        (list) => setChoices((c) => ({ ...c, [f.name]: { list } })),
+        (err) => setChoices((c) => ({ ...c, [f.name]: { list: [], error: err } })),
+      );
+    }
+  }, [fields]);
 
   const submit = async (e) => {
     e.preventDefault();
     const body = {};
     const bad = {};
     for (const f of fields) {
+      if (editing && f.create) continue;
       const r = TYPES[f.type].parse(text[f.name], f);
       if (r.error) {
         bad[f.name] = r.error;
@@ -95,11 +107,23 @@ export function RecordForm({ record, onSaved, onCancel, fields = KEY_FIELDS, end
         const id = `field-${f.name.replace(/\./g, '-')}`;
         const set = (e) => setText({ ...text, [f.name]: e.currentTarget.value });
         const common = { id, name: f.name, value: text[f.name], onInput: set, 'aria-describedby': `${id}-help`, 'aria-invalid': errors[f.name] ? 'true' : undefined };
+        const loaded = choices[f.name];
+        // A ref's choices: none, every loaded one, and the current value even if it is not
+        // among them (a list that failed to load keeps the record's value).
+        const refs = f.type === 'ref' ? [...(loaded ? loaded.list : [])] : [];
+        if (f.type === 'ref' && text[f.name] && !refs.some((c) => c.value === text[f.name])) refs.push({ value: text[f.name], label: text[f.name] });
         return (
           <div class={`field ${errors[f.name] ? 'invalid' : ''}`}>
             <label for={id}>{f.label}</label>
             {t.input === 'textarea' ? (
               <textarea rows="3" {...common} />
+            ) : f.type === 'ref' ? (
+              <select {...common} onChange={set}>
+                <option value="">{loaded ? `None (${f.empty})` : 'Loading…'}</option>
+                {refs.map((c) => (
+                  <option value={c.value}>{c.label}</option>
+                ))}
+              </select>
             ) : t.input === 'select' ? (
               <select {...common} onChange={set}>
                 {f.choices.map((c) => (
@@ -107,11 +131,19 @@ export function RecordForm({ record, onSaved, onCancel, fields = KEY_FIELDS, end
                 ))}
               </select>
             ) : (
-              <input type={t.input} step={t.step} min={f.min} {...common} />
+              <input type={t.input} step={t.step} min={f.min} readonly={editing && f.create} list={f.suggest ? `${id}-list` : undefined} autocomplete="off" {...common} />
+            )}
+            {f.suggest && (
+              <datalist id={`${id}-list`}>
+                {f.suggest().map((v) => (
+                  <option value={v} />
+                ))}
+              </datalist>
             )}
             <small id={`${id}-help`} class="muted">
               {f.help}
             </small>
+            {loaded && loaded.error && <small class="field-error">The choices could not be loaded: {loaded.error.message}</small>}
             {errors[f.name] && <small class="field-error">{errors[f.name]}</small>}
           </div>
         );
@@ -197,7 +229,82 @@ function Revoke({ k, onDone, onCancel }) {
   );
 }
 
-export function KeysPage() {
+/** A record's fields as a list of terms, from `fields`; `link` may turn a value into a link. */
+export function Fields({ fields, record, link = {} }) {
+  return (
+    <dl class="record">
+      {fields.map((f) => (
+        <>
+          <dt>{f.label}</dt>
+          <dd data-field={f.name}>{link[f.name] && getPath(record, f.name) ? link[f.name](getPath(record, f.name)) : f.name === 'status' ? <StatusBadge k={record} /> : shown(f, record)}</dd>
+        </>
+      ))}
+    </dl>
+  );
+}
+
+/** One key: its fields, and every limit of it and of its group with what is used and left. */
+function KeyDetail({ id }) {
+  const key = useLoad(() => api('GET', `/admin/keys/${encodeURIComponent(id)}`), [id]);
+  const [editing, setEditing] = useState(false);
+  const k = key.data;
+  return (
+    <section>
+      <div class="toolbar">
+        <h1>{k ? k.name || k.key_display : 'Key'}</h1>
+        <a class="button" href={href('keys')}>
+          All keys
+        </a>
+        {k && <button onClick={() => setEditing(true)}>Edit</button>}
+        <a class="button" href={href('spend', { key: id })}>
+          Spend
+        </a>
+        <a class="button" href={href('requests', { key: id })}>
+          Requests
+        </a>
+        <button onClick={key.reload} disabled={key.loading}>
+          {key.loading ? 'Loading…' : 'Refresh'}
+        </button>
+      </div>
+      <ErrorBox error={key.error} title="The key could not be loaded" />
+      {k && (
+        <>
+          <section class="card">
+            <h2>Limits now</h2>
+            <p class="muted small">What is used and left of each limit of this key{k.group ? ' and of its group' : ''}, and when it starts again.</p>
+            <LimitsTable rows={(k.limits || []).map((l) => ({ limit: l }))} label="Key limits" none="This key has no limit: nothing caps its spend or rate." />
+          </section>
+          <section class="card">
+            <h2>Settings</h2>
+            <p class="muted small mono">
+              {k.key_display} · id {k.id} · created {time(k.created_at)}
+            </p>
+            <Fields fields={KEY_FIELDS} record={k} link={{ group: (g) => <a href={href('groups', { id: g })}>{g}</a> }} />
+          </section>
+        </>
+      )}
+      {editing && k && (
+        <Dialog title={`Edit ${k.name || k.key_display}`} onClose={() => setEditing(false)}>
+          <RecordForm
+            record={k}
+            onSaved={() => {
+              setEditing(false);
+              key.reload();
+            }}
+            onCancel={() => setEditing(false)}
+          />
+        </Dialog>
+      )}
+    </section>
+  );
+}
+
+export function KeysPage({ params = {} }) {
+  if (params.id) return <KeyDetail id={params.id} />;
+  return <KeyList />;
+}
+
+function KeyList() {
   const keys = useLoad(() => api('GET', '/admin/keys'), []);
   const [search, setSearch] = useState('');
   const [status, setStatus] = useState('all');
@@ -262,7 +369,9 @@ export function KeysPage() {
               {shownKeys.map((k) => (
                 <tr data-key-id={k.id}>
                   <td data-label="Name">
-                    <strong>{k.name || <span class="muted">unnamed</span>}</strong>
+                    <a href={href('keys', { id: k.id })}>
+                      <strong>{k.name || <span class="muted">unnamed</span>}</strong>
+                    </a>
                     <div class="muted small mono">{k.id}</div>
                   </td>
                   <td data-label="Key" class="mono">
@@ -270,11 +379,14 @@ export function KeysPage() {
                   </td>
                   {columns.map((f) => (
                     <td data-label={f.label}>
-                      <Cell f={f} k={k} />
+                      {f.name === 'group' && k.group ? <a href={href('groups', { id: k.group })}>{k.group}</a> : <Cell f={f} k={k} />}
                     </td>
                   ))}
                   <td data-label="Created">{time(k.created_at)}</td>
                   <td class="row-actions">
+                    <a class="button" href={href('keys', { id: k.id })}>
+                      Limits
+                    </a>
                     <button onClick={() => setOpen({ kind: 'edit', k })}>Edit</button>
                     <button onClick={() => toggle(k)}>{k.status === 'enabled' ? 'Disable' : 'Enable'}</button>
                     <a class="button" href={href('spend', { key: k.id })}>

@@ -1,4 +1,4 @@
-// Requests: the latest usage records, filtered by key, model, status and time, and any
+// Requests: the latest usage records, filtered by key, group, model, status and time, and any
 // request found by its id (paste the id, or the whole error message that ends with it).
 // A record shows every field; estimated costs and overruns are marked.
 
@@ -23,6 +23,7 @@ const FIELDS = [
   ['key_name', 'Key name'],
   ['key_display', 'Key'],
   ['key_id', 'Key id'],
+  ['group', 'Group'],
   ['endpoint', 'Endpoint'],
   ['model', 'Model'],
   ['channel', 'Channel'],
@@ -115,6 +116,7 @@ function Lookup({ initial }) {
 export function RequestsPage({ params }) {
   const filters = {
     key: params.key || '',
+    group: params.group || '',
     model: params.model || '',
     status: params.status || '',
     from: params.from || '',
@@ -124,6 +126,8 @@ export function RequestsPage({ params }) {
   const [draft, setDraft] = useState(filters);
   const [open, setOpen] = useState(null);
   const keys = useLoad(() => api('GET', '/admin/keys'), []);
+  const groups = useLoad(() => api('GET', '/admin/groups'), []);
+  const groupList = groups.data ? groups.data.data : [];
   const recs = useLoad(() => api('GET', `/admin/usage${query(filters)}`), [JSON.stringify(filters)]);
   const keyList = keys.data ? keys.data.data : [];
   const apply = (e) => {
@@ -150,6 +154,16 @@ export function RequestsPage({ params }) {
             {keyList.map((k) => (
               <option value={k.id}>{k.name ? `${k.name} (${k.key_display})` : k.key_display}</option>
             ))}
+          </select>
+        </label>
+        <label>
+          Group
+          <select {...field('group')} onChange={(e) => setDraft({ ...draft, group: e.currentTarget.value })}>
+            <option value="">All groups</option>
+            {groupList.map((g) => (
+              <option value={g.id}>{g.name && g.name !== g.id ? `${g.name} (${g.id})` : g.id}</option>
+            ))}
+            {draft.group && !groupList.some((g) => g.id === draft.group) && <option value={draft.group}>{draft.group}</option>}
           </select>
         </label>
         <label>
@@ -193,6 +207,7 @@ export function RequestsPage({ params }) {
           </button>
         </div>
       </form>
+      <ErrorBox error={groups.error} title="The groups could not be loaded" />
       <ErrorBox error={recs.error} title="The requests could not be loaded" />
       {recs.data && !recs.data.data.length && <Empty>No request matches.</Empty>}
       {recs.data && recs.data.data.length > 0 && (

@@ -1,14 +1,21 @@
-// Spend: cost, tokens or requests over time (hour or day buckets) by model, channel or
-// key, for one key or all of them, summed by the gateway; and what is left of each
-// budget (every key field with a `used` in KEY_FIELDS).
+// Spend: cost, tokens or requests over time (hour or day buckets) by model, channel, key
+// or group, for one key, one group or all of them, summed by the gateway; and what is
+// left of each limit (cap, period budgets, tokens per minute, requests in flight) of the
+// keys and of the group picked, with when each resets.
 
 import { useMemo, useState } from 'preact/hooks';
 import { api, query } from '../api.js';
 import { Chart } from '../chart.jsx';
-import { BUDGETS, getPath } from '../fields.js';
+import { hasLimits } from '../fields.js';
 import { count, money } from '../format.js';
+import { LimitsTable } from '../limits.jsx';
 import { go, href } from '../nav.js';
-import { Empty, ErrorBox, UsageBar, useLoad } from '../ui.jsx';
+import { Empty, ErrorBox, useLoad } from '../ui.jsx';
+
+/** How many keys' limits the spend page loads at most, one request each. */
+const MAX_DETAILS = 50;
+
+const GROUP_BY = { model: 'By model', channel: 'By channel', key: 'By key', group: 'By group' };
 
 const RANGES = {
   hour: [
@@ -29,48 +36,54 @@ const MEASURES = {
   requests: { label: 'Requests', format: count },
 };
 
-function Budgets({ keys, only }) {
-  const rows = keys.filter((k) => (!only || k.id === only) && BUDGETS.some((f) => getPath(k, f.name) !== null && getPath(k, f.name) !== undefined));
-  if (!BUDGETS.length) return null;
+/**
+ * What is left of each limit: of the one key or group picked, or of every key with a limit
+ * (each key's detail holds its limits and its group's).
+ */
+function Budgets({ keys, only, group }) {
+  const picked = only ? keys.filter((k) => k.id === only) : keys.filter((k) => hasLimits(k) && (!group || k.group === group));
+  const ids = picked.slice(0, MAX_DETAILS).map((k) => k.id);
+  const details = useLoad(
+    () => Promise.all(ids.map((id) => api('GET', `/admin/keys/${encodeURIComponent(id)}`))),
+    [ids.join(',')],
+  );
+  const groupDetail = useLoad(() => (group ? api('GET', `/admin/groups/${encodeURIComponent(group)}`) : Promise.resolve(null)), [group]);
+  const name = (k) => k.name || k.key_display;
+  // Until the details answer (or when they cannot), each key's lifetime cap from the list.
+  const fallback = picked
+    .filter((k) => k.quota_usd !== null && k.quota_usd !== undefined)
+    .map((k) => ({
+      owner: name(k),
+      ownerId: k.id,
+      limit: { limit: 'quota', kind: 'usd', limit_usd: k.quota_usd, used_usd: k.used_usd, left_usd: Math.max(0, k.quota_usd - k.used_usd) },
+    }));
+  const rows = details.data
+    ? details.data.flatMap((k) =>
+        (k.limits || [])
+          .filter((l) => !(group && l.limit.startsWith('group.')))
+          .map((l) => ({ owner: <a href={href('keys', { id: k.id })}>{name(k)}</a>, ownerId: k.id, limit: l })),
+      )
+    : fallback;
   return (
     <section class="card">
       <h2>Budgets left</h2>
-      {!rows.length ? (
-        <Empty>{only ? 'This key has no budget: its spend is not capped.' : 'No key has a budget.'}</Empty>
-      ) : (
-        <div class="table-wrap">
-          <table class="cards">
-            <thead>
-              <tr>
-                <th>Key</th>
-                {BUDGETS.map((f) => (
-                  <th>{f.label}</th>
-                ))}
-              </tr>
-            </thead>
-            <tbody>
-              {rows.map((k) => (
-                <tr data-budget-key={k.id}>
-                  <td data-label="Key">
-                    <a href={href('spend', { key: k.id })}>{k.name || k.key_display}</a>
-                  </td>
-                  {BUDGETS.map((f) => {
-                    const limit = getPath(k, f.name);
-                    if (limit === null || limit === undefined) return <td data-label={f.label}>{f.empty}</td>;
-                    const used = getPath(k, f.used) || 0;
-                    return (
-                      <td data-label={f.label} class="budget">
-                        <strong>{money(Math.max(0, limit - used))}</strong> left of {money(limit)}
-                        <UsageBar used={used} limit={limit} />
-                      </td>
-                    );
-                  })}
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+      <ErrorBox error={details.error} title="The keys’ limits could not be loaded" />
+      <ErrorBox error={groupDetail.error} title="The group’s limits could not be loaded" />
+      {groupDetail.data && (
+        <>
+          <h3>
+            Group <a href={href('groups', { id: group })}>{groupDetail.data.name || group}</a>, all its keys together
+          </h3>
+          <LimitsTable rows={groupDetail.data.limits.map((l) => ({ limit: l }))} label="Group limits" none="This group has no limit." />
+          <h3>Its keys</h3>
+        </>
       )}
+      <LimitsTable
+        rows={rows}
+        label="Limits by key"
+        none={only ? 'This key has no limit: its spend and rate are not capped.' : group ? 'No key of this group has a limit of its own.' : 'No key has a limit.'}
+      />
+      {picked.length > MAX_DETAILS && <p class="muted small">The first {MAX_DETAILS} keys with limits are shown; pick a key to see another.</p>}
     </section>
   );
 }
@@ -79,22 +92,29 @@ export function SpendPage({ params }) {
   const key = params.key || '';
   const bucket = params.bucket === 'day' ? 'day' : 'hour';
   const hours = Number(params.hours) || RANGES[bucket][0][1];
-  const groupBy = ['model', 'channel', 'key'].includes(params.group_by) ? params.group_by : 'model';
+  const group = params.group || '';
+  const groupBy = GROUP_BY[params.group_by] ? params.group_by : 'model';
   const [measure, setMeasure] = useState('cost_usd');
-  const set = (change) => go('spend', { key, bucket, hours, group_by: groupBy, ...change });
+  const set = (change) => go('spend', { key, group, bucket, hours, group_by: groupBy, ...change });
 
   const keys = useLoad(() => api('GET', '/admin/keys'), []);
+  const groups = useLoad(() => api('GET', '/admin/groups'), []);
   const spend = useLoad(() => {
     const to = Date.now();
     return api(
       'GET',
-      `/admin/spend${query({ key, bucket, group_by: groupBy, from: new Date(to - hours * 3600e3).toISOString(), to: new Date(to).toISOString(), utc_offset_minutes: -new Date().getTimezoneOffset() })}`,
+      `/admin/spend${query({ key, group, bucket, group_by: groupBy, from: new Date(to - hours * 3600e3).toISOString(), to: new Date(to).toISOString(), utc_offset_minutes: -new Date().getTimezoneOffset() })}`,
     );
-  }, [key, bucket, hours, groupBy]);
+  }, [key, group, bucket, hours, groupBy]);
 
   const s = spend.data;
   const series = useMemo(() => (s ? s.series.map((x) => ({ name: x.name, values: x[measure] })) : []), [s, measure]);
   const keyList = keys.data ? keys.data.data : [];
+  const groupList = groups.data ? groups.data.data : [];
+  const groupName = (id) => {
+    const g = groupList.find((x) => x.id === id);
+    return g && g.name ? g.name : id;
+  };
   const keyName = (id) => {
     const k = keyList.find((x) => x.id === id);
     return k ? k.name || k.key_display : id;
@@ -111,6 +131,13 @@ export function SpendPage({ params }) {
             <option value={k.id}>{k.name ? `${k.name} (${k.key_display})` : k.key_display}</option>
           ))}
         </select>
+        <select aria-label="Group" value={group} onChange={(e) => set({ group: e.currentTarget.value })}>
+          <option value="">All groups</option>
+          {groupList.map((g) => (
+            <option value={g.id}>{g.name && g.name !== g.id ? `${g.name} (${g.id})` : g.id}</option>
+          ))}
+          {group && !groupList.some((g) => g.id === group) && <option value={group}>{group}</option>}
+        </select>
         <select aria-label="Buckets" value={bucket} onChange={(e) => set({ bucket: e.currentTarget.value, hours: RANGES[e.currentTarget.value][0][1] })}>
           <option value="hour">By hour</option>
           <option value="day">By day</option>
@@ -121,9 +148,9 @@ export function SpendPage({ params }) {
           ))}
         </select>
         <select aria-label="Group by" value={groupBy} onChange={(e) => set({ group_by: e.currentTarget.value })}>
-          <option value="model">By model</option>
-          <option value="channel">By channel</option>
-          <option value="key">By key</option>
+          {Object.entries(GROUP_BY).map(([id, label]) => (
+            <option value={id}>{label}</option>
+          ))}
         </select>
         <button onClick={spend.reload} disabled={spend.loading}>
           {spend.loading ? 'Loading…' : 'Refresh'}
@@ -131,6 +158,7 @@ export function SpendPage({ params }) {
       </div>
       <ErrorBox error={spend.error} title="Spend could not be loaded" />
       <ErrorBox error={keys.error} title="The keys could not be loaded" />
+      <ErrorBox error={groups.error} title="The groups could not be loaded" />
       {s && (
         <>
           <div class="tiles">
@@ -165,6 +193,7 @@ export function SpendPage({ params }) {
               <h2>
                 {m.label} per {bucket}, by {groupBy}
                 {key ? ` · ${keyName(key)}` : ''}
+                {group ? ` · group ${groupName(group)}` : ''}
               </h2>
               <div class="segmented" role="group" aria-label="Measure">
                 {Object.entries(MEASURES).map(([id, x]) => (
@@ -196,7 +225,19 @@ export function SpendPage({ params }) {
                 <tbody>
                   {s.groups.map((g) => (
                     <tr data-group={g.name}>
-                      <td data-label={groupBy}>{groupBy === 'key' ? <a href={href('spend', { key: g.name, bucket, hours })}>{keyName(g.name)}</a> : g.name || '—'}</td>
+                      <td data-label={groupBy}>
+                        {groupBy === 'key' ? (
+                          <a href={href('spend', { key: g.name, bucket, hours })}>{keyName(g.name)}</a>
+                        ) : groupBy === 'group' ? (
+                          g.name ? (
+                            <a href={href('spend', { group: g.name, bucket, hours, group_by: 'key' })}>{groupName(g.name)}</a>
+                          ) : (
+                            <span class="muted">no group</span>
+                          )
+                        ) : (
+                          g.name || '—'
+                        )}
+                      </td>
                       <td data-label="Requests" class="num">
                         {count(g.requests)}
                       </td>
@@ -221,7 +262,7 @@ export function SpendPage({ params }) {
           )}
         </>
       )}
-      {keys.data && <Budgets keys={keyList} only={key} />}
+      {keys.data && <Budgets keys={keyList} only={key} group={group} />}
     </section>
   );
 }
