@@ -567,6 +567,13 @@ async fn stale_group_and_missing_or_disabled_group(cluster: bool) {
         reserve(&*s, A, "r9", &ask(0, 1, 0, t, Some("team"))).await,
         Err(ReserveDenied::Stale)
     );
+    // The refused ask holds nothing on the group (on a Cluster its half was taken back):
+    // only r8 is there.
+    let g = s
+        .standing(Scope::Group, "team", &periods(&TimeZone::UTC, t), t / 60)
+        .await
+        .unwrap();
+    assert_eq!((g.day, g.in_flight), (1, 1));
 }
 
 async fn settle_after_expiry_charges_every_counter(cluster: bool) {

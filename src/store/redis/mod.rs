@@ -14,6 +14,13 @@
 //! - `gw:rl:{ID}:<minute>` counter with a TTL
 //! - `gw:log:{ID}`  stream of usage records, capped
 //! - `gw:keys`      set of all ids (for listing; maintained after the per-key script)
+//! - key policy: the fields `group`, `budget_day`, `budget_week`, `budget_month`, `tpm`,
+//!   `max_concurrent`, `time_zone` and `in_flight` in `gw:key:{ID}`; the holds' details
+//!   `gw:hold:{ID}`, `gw:kept:{ID}`; the counters `gw:cnt:{ID}:<period label>` and
+//!   `gw:tpm:{ID}:<minute>` (see [`scopes`])
+//! - groups: `gw:grp:{grp:GID}` hash (the record, `quota_used`, `quota_reserved`,
+//!   `in_flight`), and `gw:rsv:`, `gw:rsva:`, `gw:done:`, `gw:hold:`, `gw:kept:`, `gw:cnt:`,
+//!   `gw:tpm:` under the group's own tag `{grp:GID}`; `gw:groups` set of all group ids
 //! - video tasks: `gw:task:{ID}:<task_id>` and `gw:tasks:due` (see [`tasks`])
 //!
 //! **Off the request path at steady state.** A key busy on an instance gets a lease
@@ -22,6 +29,23 @@
 //! milliseconds apart. A key that is quiet, near the end of its quota, or wanted by
 //! another instance is served by one script per request. Request limits are counted in
 //! blocks ([`rate`]).
+//!
+//! **Key policy** (period budgets, tpm, max_concurrent, groups): one script
+//! (`gw_reserve_scopes_v1`) checks and holds a request against a list of scopes, each a
+//! key or a group with its lifetime cap and its counters, and writes per hold which
+//! counters it is on, so its settle and its expiry release exactly those (after a period
+//! boundary or a policy change too). On a single Redis a key and its group are one call:
+//! truly atomic. On a Redis Cluster a script touches one slot and the group has its own,
+//! so the group is asked first and the key then for at most what the group granted; when
+//! the key refuses, the group's half is taken back (idempotently, by reservation id, no
+//! tombstone), and a refusal of the group is reported as the key's when a single script
+//! would have named the key's first (a dry run of the key). The limits hold either way:
+//! each scope's own script never lets its counters past its limits. Settles are gated the
+//! same way on both: a key's hold on a group answers the group's id, the group's half is
+//! settled (once, by its own tombstone), then the key's; a retry completes what is left.
+//! A key with any limit or a group is never leased: `gw_lease_v2` refuses and shrinks
+//! such a lease (answering `policy`), so every instance gives it back at its next call
+//! and reserves by script; keys with no policy keep the lease path unchanged.
 //!
 //! Time is Redis's own (`TIME` inside the scripts): instances whose clocks disagree still
 //! agree on when a reservation expires. (Redis 5 or later: scripts replicate their
@@ -544,7 +568,7 @@ impl Store for RedisStore {
                 self.release_group(g, reservation_id).await?;
             }
         }
-        answer.map(|a| a.map(|amount| granted(amount)))
+        answer.map(|a| a.map(granted))
     }
 
     async fn extend(&self, r: &Reservation, ttl_secs: u64) -> StoreResult<()> {
