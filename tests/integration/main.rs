@@ -54,6 +54,7 @@ mod ops;
 mod protocols;
 mod quota;
 mod realtime;
+mod redis_policy;
 mod sdk;
 mod stores;
 mod task_store;

@@ -84,8 +84,8 @@ pub fn map_err(e: RedisError) -> StoreError {
 }
 
 /// The record, plus `quota_used`, `quota_reserved` (holds and leases), `lease_slack`
-/// (what leases hold beyond their instances' requests) and `wanted_until` (see
-/// `scripts`).
+/// (what leases hold beyond their instances' requests), `wanted_until` and `in_flight`
+/// (see `scripts`).
 pub fn key(id: &str) -> String {
     format!("gw:key:{{{id}}}")
 }

@@ -93,7 +93,7 @@ pub struct Batch {
     pub records: String,
 }
 
-/// What one call of `gw_lease_v1` sends.
+/// What one call of `gw_lease_v2` sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub batch: Option<Batch>,

@@ -14,6 +14,13 @@
 //! - `gw:rl:{ID}:<minute>` counter with a TTL
 //! - `gw:log:{ID}`  stream of usage records, capped
 //! - `gw:keys`      set of all ids (for listing; maintained after the per-key script)
+//! - key policy: the fields `group`, `budget_day`, `budget_week`, `budget_month`, `tpm`,
+//!   `max_concurrent`, `time_zone` and `in_flight` in `gw:key:{ID}`; the holds' details
+//!   `gw:hold:{ID}`, `gw:kept:{ID}`; the counters `gw:cnt:{ID}:<period label>` and
+//!   `gw:tpm:{ID}:<minute>` (see [`scopes`])
+//! - groups: `gw:grp:{grp:GID}` hash (the record, `quota_used`, `quota_reserved`,
+//!   `in_flight`), and `gw:rsv:`, `gw:rsva:`, `gw:done:`, `gw:hold:`, `gw:kept:`, `gw:cnt:`,
+//!   `gw:tpm:` under the group's own tag `{grp:GID}`; `gw:groups` set of all group ids
 //! - video tasks: `gw:task:{ID}:<task_id>` and `gw:tasks:due` (see [`tasks`])
 //!
 //! **Off the request path at steady state.** A key busy on an instance gets a lease
@@ -23,6 +30,23 @@
 //! another instance is served by one script per request. Request limits are counted in
 //! blocks ([`rate`]).
 //!
+//! **Key policy** (period budgets, tpm, max_concurrent, groups): one script
+//! (`gw_reserve_scopes_v1`) checks and holds a request against a list of scopes, each a
+//! key or a group with its lifetime cap and its counters, and writes per hold which
+//! counters it is on, so its settle and its expiry release exactly those (after a period
+//! boundary or a policy change too). On a single Redis a key and its group are one call:
+//! truly atomic. On a Redis Cluster a script touches one slot and the group has its own,
+//! so the group is asked first and the key then for at most what the group granted; when
+//! the key refuses, the group's half is taken back (idempotently, by reservation id, no
+//! tombstone), and a refusal of the group is reported as the key's when a single script
+//! would have named the key's first (a dry run of the key). The limits hold either way:
+//! each scope's own script never lets its counters past its limits. Settles are gated the
+//! same way on both: a key's hold on a group answers the group's id, the group's half is
+//! settled (once, by its own tombstone), then the key's; a retry completes what is left.
+//! A key with any limit or a group is never leased: `gw_lease_v2` refuses and shrinks
+//! such a lease (answering `policy`), so every instance gives it back at its next call
+//! and reserves by script; keys with no policy keep the lease path unchanged.
+//!
 //! Time is Redis's own (`TIME` inside the scripts): instances whose clocks disagree still
 //! agree on when a reservation expires. (Redis 5 or later: scripts replicate their
 //! effects, so `TIME` before a write is allowed.)
@@ -31,6 +55,7 @@ mod conn;
 mod lease;
 mod rate;
 mod records;
+mod scopes;
 mod scripts;
 mod sync;
 mod tasks;
@@ -41,8 +66,8 @@ pub use lease::LeaseOptions;
 #[cfg(doc)]
 use super::SETTLED_KEEP_SECS;
 use super::{
-    KeyPatch, KeyRecord, Micros, Reservation, ReserveDenied, Store, StoreError, StoreResult,
-    UsageRecord,
+    Ask, GroupPatch, GroupRecord, KeyPatch, KeyRecord, Limit, LimitKind, Micros, Periods,
+    Reservation, ReserveDenied, Scope, Standing, Store, StoreError, StoreResult, UsageRecord,
 };
 use async_trait::async_trait;
 use conn::{done, key, log, map_err, rsv, rsva, seqs, Conn};
@@ -56,6 +81,7 @@ use sync::{Leases, Settled};
 
 const LOG_MAX: usize = 10_000;
 const KEYS_SET: &str = "gw:keys";
+const GROUPS_SET: &str = "gw:groups";
 /// How long a reserve waits for other instances to give back what their leases hold.
 const WANTED_WAIT: Duration = Duration::from_millis(1500);
 
@@ -74,7 +100,8 @@ pub struct RedisStore {
 
 /// What the reserve script answered.
 enum Answer {
-    Granted(Micros),
+    /// The grant, and whether the hold is on policy counters (never a lease's key).
+    Granted(Micros, bool),
     Denied(ReserveDenied),
     /// Other instances' leases hold the money: asked for it, try again.
     Leased,
@@ -119,25 +146,40 @@ impl RedisStore {
         records::record(&h).map(Some)
     }
 
+    fn cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
+    /// gw_reserve_scopes_v1 on `parts` (one slot each on a Cluster: one part there).
     async fn reserve_script(
         &self,
-        key_id: &str,
         rid: &str,
-        min: Micros,
+        ask: &Ask,
         max: Micros,
+        dry: bool,
+        parts: &[scopes::Part],
         ttl_secs: u64,
     ) -> StoreResult<Answer> {
-        let (status, detail): (String, String) = self
-            .scripts
-            .reserve
-            .key(key(key_id))
-            .key(rsv(key_id))
-            .key(rsva(key_id))
-            .key(done(key_id))
-            .arg(rid)
-            .arg(min)
+        let mut inv = self.scripts.reserve.prepare_invoke();
+        for p in parts {
+            for k in &p.keys {
+                inv.key(k);
+            }
+        }
+        inv.arg(rid)
+            .arg(ask.min)
             .arg(max)
+            .arg(ask.tokens)
             .arg(ttl_secs.min(i64::MAX as u64 / 2))
+            .arg(if dry { "1" } else { "0" })
+            .arg(parts.len())
+            .arg(ask.minute());
+        for p in parts {
+            for a in &p.args {
+                inv.arg(a);
+            }
+        }
+        let (status, detail, counted): (String, String, String) = inv
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(map_err)?;
@@ -145,73 +187,151 @@ impl RedisStore {
             let amount = detail
                 .parse::<f64>()
                 .map_err(|_| StoreError::Internal(format!("bad grant {detail}")))?;
-            return Ok(Answer::Granted(amount as Micros));
+            return Ok(Answer::Granted(amount as Micros, counted == "1"));
         }
-        Ok(match detail.as_str() {
-            "not_found" => Answer::Denied(ReserveDenied::NotFound),
-            "disabled" => Answer::Denied(ReserveDenied::Disabled),
-            "expired" => Answer::Denied(ReserveDenied::Expired),
-            "released" => Answer::Denied(ReserveDenied::Released),
-            "leased" => Answer::Leased,
-            _ => Answer::Denied(ReserveDenied::QuotaExhausted),
-        })
+        if detail == "leased" {
+            return Ok(Answer::Leased);
+        }
+        scopes::denied(&detail)
+            .map(Answer::Denied)
+            .ok_or_else(|| StoreError::Internal(format!("bad refusal {detail}")))
     }
 
+    /// Takes the group's half of a hold back (its key refused, on a Cluster).
+    async fn release_group(&self, group_id: &str, rid: &str) -> StoreResult<()> {
+        let tag = scopes::group_tag(group_id);
+        let _: i64 = self
+            .scripts
+            .release
+            .key(scopes::group(group_id))
+            .key(rsv(&tag))
+            .key(rsva(&tag))
+            .arg(rid)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    /// Settles the group's half of hold `rid`, once (the group's own tombstone).
+    pub(super) async fn settle_group(
+        &self,
+        group_id: &str,
+        rid: &str,
+        actual: Micros,
+        used: i64,
+    ) -> StoreResult<()> {
+        let tag = scopes::group_tag(group_id);
+        let _: String = self
+            .scripts
+            .settle
+            .key(scopes::group(group_id))
+            .key(rsv(&tag))
+            .key(rsva(&tag))
+            .key(done(&tag))
+            .arg(rid)
+            .arg(actual.max(0))
+            .arg(used)
+            .arg("0")
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(map_err)?;
+        Ok(())
+    }
+
+    /// The group a key's hold `rid` is also on, if it is held (or kept) with details.
+    pub(super) async fn hold_group(&self, key_id: &str, rid: &str) -> StoreResult<Option<String>> {
+        let d: Option<String> = self
+            .query(redis::cmd("HGET").arg(scopes::hold(key_id)).arg(rid))
+            .await?;
+        Ok(
+            d.and_then(|d| serde_json::from_str::<serde_json::Value>(&d).ok())
+                .and_then(|v| v.get("grp").and_then(|g| g.as_str()).map(str::to_string)),
+        )
+    }
+
+    /// The key's half of a settle; with `gate`, a hold also on a group is left alone and
+    /// its group answered (settled first by the caller).
+    async fn settle_key(
+        &self,
+        r: &Reservation,
+        actual: Micros,
+        used: i64,
+        record: Option<&str>,
+        gate: bool,
+    ) -> StoreResult<String> {
+        let gate = if gate { "1" } else { "0" };
+        match record {
+            None => self
+                .scripts
+                .settle
+                .key(key(&r.key_id))
+                .key(rsv(&r.key_id))
+                .key(rsva(&r.key_id))
+                .key(done(&r.key_id))
+                .arg(&r.id)
+                .arg(actual.max(0))
+                .arg(used)
+                .arg(gate)
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(map_err),
+            Some(text) => self
+                .scripts
+                .settle_log
+                .key(key(&r.key_id))
+                .key(rsv(&r.key_id))
+                .key(rsva(&r.key_id))
+                .key(done(&r.key_id))
+                .key(log(&r.key_id))
+                .arg(&r.id)
+                .arg(actual.max(0))
+                .arg(text)
+                .arg(LOG_MAX)
+                .arg(used)
+                .arg(gate)
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(map_err),
+        }
+    }
+
+    /// Settles by script: the group's half first when the hold has one (each half once,
+    /// by its own tombstone, so a retry after any failure completes what is left).
     async fn settle_script(
         &self,
         r: &Reservation,
         actual: Micros,
         usage: Option<(&UsageRecord, String)>,
     ) -> StoreResult<()> {
-        match usage {
-            None => {
-                let _: i64 = self
-                    .scripts
-                    .settle
-                    .key(key(&r.key_id))
-                    .key(rsv(&r.key_id))
-                    .key(rsva(&r.key_id))
-                    .key(done(&r.key_id))
-                    .arg(&r.id)
-                    .arg(actual.max(0))
-                    .invoke_async(&mut self.conn.clone())
-                    .await
-                    .map_err(map_err)?;
-            }
-            Some((u, text)) if u.key_id != r.key_id => {
-                // Another key's log lives in another slot: two steps, each once. The
-                // record's tombstone lives with that key's, under a name no reservation
-                // id takes.
-                Box::pin(self.settle_script(r, actual, None)).await?;
-                let _: i64 = self
-                    .scripts
-                    .log_once
-                    .key(done(&u.key_id))
-                    .key(log(&u.key_id))
-                    .arg(format!("\u{0}log {} {}", r.key_id, r.id))
-                    .arg(text)
-                    .arg(LOG_MAX)
-                    .invoke_async(&mut self.conn.clone())
-                    .await
-                    .map_err(map_err)?;
-            }
-            Some((_, text)) => {
-                let _: i64 = self
-                    .scripts
-                    .settle_log
-                    .key(key(&r.key_id))
-                    .key(rsv(&r.key_id))
-                    .key(rsva(&r.key_id))
-                    .key(done(&r.key_id))
-                    .key(log(&r.key_id))
-                    .arg(&r.id)
-                    .arg(actual.max(0))
-                    .arg(text)
-                    .arg(LOG_MAX)
-                    .invoke_async(&mut self.conn.clone())
-                    .await
-                    .map_err(map_err)?;
-            }
+        let used = usage.as_ref().map_or(-1, |(u, _)| {
+            u.prompt_tokens
+                .saturating_add(u.completion_tokens)
+                .min(i64::MAX as u64) as i64
+        });
+        let own = usage
+            .as_ref()
+            .filter(|(u, _)| u.key_id == r.key_id)
+            .map(|(_, t)| t.as_str());
+        let group = self.settle_key(r, actual, used, own, true).await?;
+        if !group.is_empty() {
+            self.settle_group(&group, &r.id, actual, used).await?;
+            self.settle_key(r, actual, used, own, false).await?;
+        }
+        if let Some((u, text)) = usage.filter(|(u, _)| u.key_id != r.key_id) {
+            // Another key's log lives in another slot: two steps, each once. The record's
+            // tombstone lives with that key's, under a name no reservation id takes.
+            let _: i64 = self
+                .scripts
+                .log_once
+                .key(done(&u.key_id))
+                .key(log(&u.key_id))
+                .arg(format!("\u{0}log {} {}", r.key_id, r.id))
+                .arg(text)
+                .arg(LOG_MAX)
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(map_err)?;
         }
         Ok(())
     }
@@ -241,6 +361,42 @@ impl RedisStore {
             return Ok(());
         }
         self.settle_script(r, actual, usage.zip(text)).await
+    }
+
+    /// The key's reserve by script (with its group's on a single Redis), waiting a while
+    /// for other instances' leases to give back money they hold beyond their requests.
+    async fn reserve_key(
+        &self,
+        key_id: &str,
+        rid: &str,
+        ask: &Ask,
+        max: Micros,
+        parts: &[scopes::Part],
+        ttl_secs: u64,
+    ) -> StoreResult<Result<Micros, ReserveDenied>> {
+        let deadline = tokio::time::Instant::now() + WANTED_WAIT;
+        let mut wait = Duration::from_millis(5);
+        loop {
+            match self
+                .reserve_script(rid, ask, max, false, parts, ttl_secs)
+                .await?
+            {
+                Answer::Granted(amount, counted) => {
+                    if !durable(rid) && !counted {
+                        self.leases.note_script_grant(key_id, amount);
+                    }
+                    return Ok(Ok(amount));
+                }
+                Answer::Denied(d) => return Ok(Err(d)),
+                Answer::Leased if tokio::time::Instant::now() + wait < deadline => {
+                    // This instance's own lease, if any, gives back at once.
+                    self.leases.stale(key_id);
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_millis(100));
+                }
+                Answer::Leased => return Ok(Err(ReserveDenied::QuotaExhausted)),
+            }
+        }
     }
 
     /// Gives every lease back and sends every settled charge, waiting at most `within`.
@@ -312,7 +468,9 @@ impl Store for RedisStore {
                     .arg(rsv(id))
                     .arg(rsva(id))
                     .arg(done(id))
-                    .arg(seqs(id)),
+                    .arg(seqs(id))
+                    .arg(scopes::hold(id))
+                    .arg(scopes::kept(id)),
             )
             .await?;
         self.leases.stale(id);
@@ -325,16 +483,18 @@ impl Store for RedisStore {
         &self,
         key_id: &str,
         reservation_id: &str,
-        ask: &crate::store::Ask,
+        ask: &Ask,
         ttl_secs: u64,
     ) -> StoreResult<Result<Reservation, ReserveDenied>> {
-        let (min, max) = (ask.min, ask.max);
+        let max = ask.max;
         let granted = |amount: Micros| Reservation {
             id: reservation_id.to_string(),
             key_id: key_id.to_string(),
             amount,
         };
-        if !durable(reservation_id) {
+        // A key in a group is never leased; a key with limits is refused a lease by Redis
+        // (gw_lease_v2), so its instance's lease path answers `Script`.
+        if !durable(reservation_id) && ask.group.is_none() {
             match self
                 .leases
                 .try_reserve(key_id, reservation_id, max, ttl_secs)
@@ -358,44 +518,84 @@ impl Store for RedisStore {
                 Ok(Local::Script) => {}
             }
         }
-        let deadline = tokio::time::Instant::now() + WANTED_WAIT;
-        let mut wait = Duration::from_millis(5);
-        loop {
-            match self
-                .reserve_script(key_id, reservation_id, min, max, ttl_secs)
-                .await?
-            {
-                Answer::Granted(amount) => {
-                    if !durable(reservation_id) {
-                        self.leases.note_script_grant(key_id, amount);
+        let minute = ask.minute();
+        let expect = ask.group.as_ref().map_or("", |g| g.id.as_str());
+        let key_part = || scopes::Part::key(key_id, expect, &ask.periods, minute);
+        let group_part = |g: &super::GroupAsk| scopes::Part::group(&g.id, &g.periods, minute);
+        // On a Cluster the group's slot is another: its half is held first, and the key is
+        // asked for no more than the group granted.
+        let mut parts = vec![key_part()];
+        let mut held_group = None;
+        let mut max = max;
+        if let Some(g) = &ask.group {
+            if self.cluster() {
+                let gp = [group_part(g)];
+                match self
+                    .reserve_script(reservation_id, ask, max, false, &gp, ttl_secs)
+                    .await?
+                {
+                    Answer::Granted(amount, _) => {
+                        max = amount;
+                        held_group = Some(g.id.as_str());
                     }
-                    return Ok(Ok(granted(amount)));
+                    Answer::Denied(dg) => {
+                        // Named as one script would: the key's refusal if it comes first.
+                        let kp = [key_part()];
+                        if let Answer::Denied(dk) = self
+                            .reserve_script(reservation_id, ask, ask.max, true, &kp, ttl_secs)
+                            .await?
+                        {
+                            if scopes::rank(&dk) < scopes::rank(&dg) {
+                                return Ok(Err(dk));
+                            }
+                        }
+                        return Ok(Err(dg));
+                    }
+                    Answer::Leased => {
+                        return Ok(Err(ReserveDenied::Limit(Limit::group(LimitKind::Quota))))
+                    }
                 }
-                Answer::Denied(d) => return Ok(Err(d)),
-                Answer::Leased if tokio::time::Instant::now() + wait < deadline => {
-                    // This instance's own lease, if any, gives back at once.
-                    self.leases.stale(key_id);
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_millis(100));
-                }
-                Answer::Leased => return Ok(Err(ReserveDenied::QuotaExhausted)),
+            } else {
+                parts.push(group_part(g));
             }
         }
+        let answer = self
+            .reserve_key(key_id, reservation_id, ask, max, &parts, ttl_secs)
+            .await;
+        if let Some(g) = held_group {
+            if !matches!(answer, Ok(Ok(_))) {
+                // The key refused (or could not be asked): the group's half goes back.
+                self.release_group(g, reservation_id).await?;
+            }
+        }
+        answer.map(|a| a.map(granted))
     }
 
     async fn extend(&self, r: &Reservation, ttl_secs: u64) -> StoreResult<()> {
         if self.leases.extend(&r.key_id, &r.id, ttl_secs) {
             return Ok(());
         }
-        let _: i64 = self
+        let ttl = ttl_secs.min(i64::MAX as u64 / 2);
+        let group: String = self
             .scripts
             .extend
             .key(rsv(&r.key_id))
             .arg(&r.id)
-            .arg(ttl_secs.min(i64::MAX as u64 / 2))
+            .arg(ttl)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(map_err)?;
+        if !group.is_empty() {
+            let _: String = self
+                .scripts
+                .extend
+                .key(rsv(&scopes::group_tag(&group)))
+                .arg(&r.id)
+                .arg(ttl)
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(map_err)?;
+        }
         Ok(())
     }
 
@@ -449,38 +649,111 @@ impl Store for RedisStore {
         records::usage_entries(entries, limit)
     }
 
-    async fn create_group(&self, _rec: &crate::store::GroupRecord) -> StoreResult<()> {
-        Err(StoreError::Internal("groups: not yet".into()))
+    async fn create_group(&self, rec: &GroupRecord) -> StoreResult<()> {
+        let mut inv = self.scripts.create.key(scopes::group(&rec.id));
+        for (f, v) in records::group_fields(rec) {
+            if !v.is_empty() {
+                inv.arg(f).arg(v);
+            }
+        }
+        let created: i64 = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(map_err)?;
+        if created == 0 {
+            return Err(StoreError::Conflict(format!("group {} exists", rec.id)));
+        }
+        self.query::<()>(redis::cmd("SADD").arg(GROUPS_SET).arg(&rec.id))
+            .await
     }
 
-    async fn get_group(&self, _id: &str) -> StoreResult<Option<crate::store::GroupRecord>> {
-        Err(StoreError::Internal("groups: not yet".into()))
+    async fn get_group(&self, id: &str) -> StoreResult<Option<GroupRecord>> {
+        let h: HashMap<String, String> = self
+            .query(redis::cmd("HGETALL").arg(scopes::group(id)))
+            .await?;
+        if h.is_empty() {
+            return Ok(None);
+        }
+        records::group_record(&h).map(Some)
     }
 
-    async fn list_groups(&self) -> StoreResult<Vec<crate::store::GroupRecord>> {
-        Err(StoreError::Internal("groups: not yet".into()))
+    async fn list_groups(&self) -> StoreResult<Vec<GroupRecord>> {
+        let ids: Vec<String> = self.query(redis::cmd("SMEMBERS").arg(GROUPS_SET)).await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(g) = self.get_group(&id).await? {
+                out.push(g);
+            }
+        }
+        out.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Ok(out)
     }
 
-    async fn update_group(
-        &self,
-        _id: &str,
-        _patch: &crate::store::GroupPatch,
-    ) -> StoreResult<Option<crate::store::GroupRecord>> {
-        Err(StoreError::Internal("groups: not yet".into()))
+    async fn update_group(&self, id: &str, patch: &GroupPatch) -> StoreResult<Option<GroupRecord>> {
+        let mut inv = self.scripts.update.key(scopes::group(id));
+        for (f, v) in records::group_patch_fields(patch) {
+            inv.arg(f).arg(v);
+        }
+        let v: Option<HashMap<String, String>> = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(map_err)?;
+        match v {
+            Some(h) if !h.is_empty() => records::group_record(&h).map(Some),
+            _ => Ok(None),
+        }
     }
 
-    async fn delete_group(&self, _id: &str) -> StoreResult<bool> {
-        Err(StoreError::Internal("groups: not yet".into()))
+    async fn delete_group(&self, id: &str) -> StoreResult<bool> {
+        let tag = scopes::group_tag(id);
+        let n: i64 = self
+            .query(
+                redis::cmd("DEL")
+                    .arg(scopes::group(id))
+                    .arg(rsv(&tag))
+                    .arg(rsva(&tag))
+                    .arg(done(&tag))
+                    .arg(scopes::hold(&tag))
+                    .arg(scopes::kept(&tag)),
+            )
+            .await?;
+        self.query::<()>(redis::cmd("SREM").arg(GROUPS_SET).arg(id))
+            .await?;
+        Ok(n > 0)
     }
 
     async fn standing(
         &self,
-        _scope: crate::store::Scope,
-        _id: &str,
-        _periods: &crate::store::Periods,
-        _minute: i64,
-    ) -> StoreResult<crate::store::Standing> {
-        Err(StoreError::Internal("standing: not yet".into()))
+        scope: Scope,
+        id: &str,
+        periods: &Periods,
+        minute: i64,
+    ) -> StoreResult<Standing> {
+        let (hash, tag) = match scope {
+            Scope::Key => (key(id), id.to_string()),
+            Scope::Group => (scopes::group(id), scopes::group_tag(id)),
+        };
+        let v: Vec<i64> = self
+            .scripts
+            .standing
+            .key(hash)
+            .key(rsv(&tag))
+            .key(rsva(&tag))
+            .key(scopes::counter(&tag, &periods.day.label()))
+            .key(scopes::counter(&tag, &periods.week.label()))
+            .key(scopes::counter(&tag, &periods.month.label()))
+            .key(scopes::tokens(&tag, minute))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(map_err)?;
+        let at = |i: usize| v.get(i).copied().unwrap_or(0);
+        Ok(Standing {
+            day: at(0),
+            week: at(1),
+            month: at(2),
+            minute_tokens: at(3).max(0) as u64,
+            in_flight: at(4).clamp(0, u32::MAX as i64) as u32,
+        })
     }
 
     async fn ping(&self) -> StoreResult<()> {

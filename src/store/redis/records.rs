@@ -1,6 +1,9 @@
 //! Key records as Redis hash fields, and usage records as stream entries.
 
-use crate::store::{KeyPatch, KeyRecord, KeyStatus, StoreError, StoreResult, UsageRecord};
+use crate::store::{
+    GroupPatch, GroupRecord, KeyPatch, KeyRecord, KeyStatus, Policy, PolicyPatch, StoreError,
+    StoreResult, UsageRecord,
+};
 use std::collections::HashMap;
 
 fn opt_str<T: ToString>(v: Option<T>) -> String {
@@ -26,7 +29,106 @@ pub fn fields(r: &KeyRecord) -> Vec<(&'static str, String)> {
         ("rpm", opt_str(r.rpm)),
         ("quota_limit", opt_str(r.quota_limit)),
         ("quota_used", r.quota_used.to_string()),
+        ("group", r.group.clone().unwrap_or_default()),
     ]
+    .into_iter()
+    .chain(policy_fields(&r.policy))
+    .collect()
+}
+
+/// A policy as hash fields (the reserve script reads them by these names).
+pub fn policy_fields(p: &Policy) -> Vec<(&'static str, String)> {
+    vec![
+        ("budget_day", opt_str(p.budget_day)),
+        ("budget_week", opt_str(p.budget_week)),
+        ("budget_month", opt_str(p.budget_month)),
+        ("tpm", opt_str(p.tpm)),
+        ("max_concurrent", opt_str(p.max_concurrent)),
+        ("time_zone", p.time_zone.clone().unwrap_or_default()),
+    ]
+}
+
+pub fn policy_patch_fields(p: &PolicyPatch) -> Vec<(&'static str, String)> {
+    let mut f = Vec::new();
+    if let Some(v) = p.budget_day {
+        f.push(("budget_day", opt_str(v)));
+    }
+    if let Some(v) = p.budget_week {
+        f.push(("budget_week", opt_str(v)));
+    }
+    if let Some(v) = p.budget_month {
+        f.push(("budget_month", opt_str(v)));
+    }
+    if let Some(v) = p.tpm {
+        f.push(("tpm", opt_str(v)));
+    }
+    if let Some(v) = p.max_concurrent {
+        f.push(("max_concurrent", opt_str(v)));
+    }
+    if let Some(v) = &p.time_zone {
+        f.push(("time_zone", v.clone().unwrap_or_default()));
+    }
+    f
+}
+
+fn policy(h: &HashMap<String, String>) -> Policy {
+    let get = |k: &str| h.get(k).filter(|v| !v.is_empty());
+    Policy {
+        budget_day: get("budget_day").and_then(|v| v.parse().ok()),
+        budget_week: get("budget_week").and_then(|v| v.parse().ok()),
+        budget_month: get("budget_month").and_then(|v| v.parse().ok()),
+        tpm: get("tpm").and_then(|v| v.parse().ok()),
+        max_concurrent: get("max_concurrent").and_then(|v| v.parse().ok()),
+        time_zone: get("time_zone").cloned(),
+    }
+}
+
+/// A group as hash fields; empty strings stand for "none".
+pub fn group_fields(g: &GroupRecord) -> Vec<(&'static str, String)> {
+    vec![
+        ("id", g.id.clone()),
+        ("name", g.name.clone()),
+        ("status", g.status.as_str().into()),
+        ("created_at", g.created_at.to_string()),
+        ("quota_limit", opt_str(g.quota_limit)),
+        ("quota_used", g.quota_used.to_string()),
+    ]
+    .into_iter()
+    .chain(policy_fields(&g.policy))
+    .collect()
+}
+
+pub fn group_patch_fields(p: &GroupPatch) -> Vec<(&'static str, String)> {
+    let mut f = Vec::new();
+    if let Some(v) = &p.name {
+        f.push(("name", v.clone()));
+    }
+    if let Some(v) = p.status {
+        f.push(("status", v.as_str().into()));
+    }
+    if let Some(v) = p.quota_limit {
+        f.push(("quota_limit", opt_str(v)));
+    }
+    f.extend(policy_patch_fields(&p.policy));
+    f
+}
+
+pub fn group_record(h: &HashMap<String, String>) -> StoreResult<GroupRecord> {
+    let get = |k: &str| h.get(k).filter(|v| !v.is_empty());
+    let num = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
+    Ok(GroupRecord {
+        id: get("id")
+            .ok_or_else(|| StoreError::Internal("malformed group record".into()))?
+            .clone(),
+        name: h.get("name").cloned().unwrap_or_default(),
+        status: get("status")
+            .and_then(|s| KeyStatus::parse(s))
+            .unwrap_or(KeyStatus::Disabled),
+        created_at: num("created_at").unwrap_or(0),
+        quota_limit: num("quota_limit"),
+        quota_used: num("quota_used").unwrap_or(0),
+        policy: policy(h),
+    })
 }
 
 pub fn patch_fields(p: &KeyPatch) -> Vec<(&'static str, String)> {
@@ -52,6 +154,10 @@ pub fn patch_fields(p: &KeyPatch) -> Vec<(&'static str, String)> {
     if let Some(v) = p.quota_limit {
         f.push(("quota_limit", opt_str(v)));
     }
+    if let Some(v) = &p.group {
+        f.push(("group", v.clone().unwrap_or_default()));
+    }
+    f.extend(policy_patch_fields(&p.policy));
     f
 }
 
@@ -78,8 +184,8 @@ pub fn record(h: &HashMap<String, String>) -> StoreResult<KeyRecord> {
         rpm: get("rpm").and_then(|v| v.parse().ok()),
         quota_limit: num("quota_limit"),
         quota_used: num("quota_used").unwrap_or(0),
-        group: None,
-        policy: Default::default(),
+        group: get("group").cloned(),
+        policy: policy(h),
     })
 }
 
@@ -117,6 +223,42 @@ pub fn usage_entries(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn policy_and_group_round_trip_through_fields() {
+        let p = Policy {
+            budget_day: Some(5),
+            budget_week: None,
+            budget_month: Some(900),
+            tpm: Some(1000),
+            max_concurrent: Some(2),
+            time_zone: Some("Europe/Paris".into()),
+        };
+        let g = GroupRecord {
+            id: "team".into(),
+            name: "Team".into(),
+            status: KeyStatus::Enabled,
+            created_at: 7,
+            quota_limit: Some(10),
+            quota_used: 3,
+            policy: p.clone(),
+        };
+        let h: HashMap<String, String> = group_fields(&g)
+            .into_iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        assert_eq!(group_record(&h).unwrap(), g);
+        let patch = PolicyPatch {
+            budget_day: Some(None),
+            tpm: Some(Some(5)),
+            ..Default::default()
+        };
+        assert_eq!(
+            policy_patch_fields(&patch),
+            vec![("budget_day", String::new()), ("tpm", "5".to_string())]
+        );
+    }
 
     fn rec(id: &str) -> String {
         format!(

@@ -1,7 +1,7 @@
 //! This instance's leases, and the calls that keep them in step with Redis.
 //!
 //! Requests touch only memory here (`try_reserve`, `settle`); a background task sends,
-//! key by key, what was settled and resizes the lease (`gw_lease_v1`) when a batch is
+//! key by key, what was settled and resizes the lease (`gw_lease_v2`) when a batch is
 //! full or old enough (`flush_after`), when the lease runs low, when it is due for
 //! renewal, and when it should shrink. Calls for different keys run concurrently and are
 //! pipelined on the multiplexed connection; calls for one key run one at a time, so its

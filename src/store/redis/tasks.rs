@@ -18,7 +18,7 @@
 //!   never returned.
 
 use super::conn::{done, key, log, map_err, rsv, rsva};
-use super::scripts::{settle_fn, CREATE};
+use super::scripts::{counters_fn, settle_fn, CREATE};
 use super::{RedisStore, LOG_MAX};
 use crate::store::tasks::{TaskRecord, TaskRef, TaskStatus, TaskStore};
 use crate::store::{StoreError, StoreResult, UsageRecord};
@@ -50,9 +50,9 @@ if not s or s == 'completed' or s == 'failed' then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'record', ARGV[2])
 return 1";
 
-// gw_finish_task_v2: KEYS task, key, rsv, rsva, log, done; ARGV status, record, rid,
-// actual, usage, log_max. Ends an open task, settles its reservation exactly as
-// gw_settle_v2 (once: a reservation settled before is not charged again) and appends its
+// gw_finish_task_v3: KEYS task, key, rsv, rsva, log, done; ARGV status, record, rid,
+// actual, usage, log_max, tokens used. Ends an open task, settles its reservation exactly
+// as gw_settle_v3 (once: a reservation settled before is not charged again) and appends its
 // usage exactly as `append_usage`, or does nothing.
 const FINISH_LUA: &str = concat!(
     settle_fn!(),
@@ -60,7 +60,7 @@ const FINISH_LUA: &str = concat!(
 local s = redis.call('HGET', KEYS[1], 'status')
 if not s or s == 'completed' or s == 'failed' then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[1], 'record', ARGV[2])
-settle(KEYS[2], KEYS[3], KEYS[4], KEYS[6], ARGV[3], ARGV[4])
+settle(KEYS[2], KEYS[3], KEYS[4], KEYS[6], ARGV[3], ARGV[4], ARGV[7])
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*', 'r', ARGV[5])
 return 1"
 );
@@ -247,6 +247,14 @@ impl TaskStore for RedisStore {
         let text = serde_json::to_string(t).map_err(internal)?;
         let usage_text = serde_json::to_string(usage).map_err(internal)?;
         let k = &t.key_id;
+        // A hold also on a group: the group's half first (once, by its own tombstone).
+        let used = usage
+            .prompt_tokens
+            .saturating_add(usage.completion_tokens)
+            .min(i64::MAX as u64) as i64;
+        if let Some(g) = self.hold_group(k, &t.id).await? {
+            self.settle_group(&g, &t.id, t.cost.max(0), used).await?;
+        }
         let ended: i64 = FINISH
             .key(task_key(k, &t.id))
             .key(key(k))
@@ -260,6 +268,7 @@ impl TaskStore for RedisStore {
             .arg(t.cost.max(0))
             .arg(usage_text)
             .arg(LOG_MAX)
+            .arg(used)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(map_err)?;
