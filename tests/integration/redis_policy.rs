@@ -108,6 +108,7 @@ both!(
     group_lifetime_cap,
     tpm_is_all_or_nothing_and_settles_to_real_tokens,
     max_concurrent_frees_on_settle_and_on_expiry,
+    more_money_for_a_request_in_flight_does_not_count_again,
     stale_group_and_missing_or_disabled_group,
     settle_after_expiry_charges_every_counter,
     reserve_and_settle_are_idempotent_with_policy,
@@ -134,6 +135,7 @@ fn ask(min: Micros, max: Micros, tokens: u64, at: i64, group: Option<&str>) -> A
             id: g.into(),
             periods: p,
         }),
+        in_flight: true,
     }
 }
 
@@ -472,6 +474,54 @@ async fn max_concurrent_frees_on_settle_and_on_expiry(cluster: bool) {
         assert!(reserve(&*s, k, "c4", &ask(0, 1, 0, t, g)).await.is_ok());
         s.settle(&r3, 0).await.unwrap();
     }
+}
+
+/// A realtime session's next block (`in_flight: false`) is granted on a key and group
+/// that allow one request in flight, and leaves the count as it found it.
+async fn more_money_for_a_request_in_flight_does_not_count_again(cluster: bool) {
+    let be = Backend::start(cluster).await;
+    let s = be.direct().await;
+    let one = Policy {
+        max_concurrent: Some(1),
+        ..Policy::default()
+    };
+    group(&*s, "team", None, one.clone()).await;
+    key(&*s, A, None, Some("team"), one).await;
+    let t = now();
+    let p = periods(&TimeZone::UTC, t);
+    let a = ask(0, 1, 0, t, Some("team"));
+    let session = reserve(&*s, A, "s", &a).await.unwrap();
+    let more = Ask {
+        in_flight: false,
+        ..a.clone()
+    };
+    let block = reserve(&*s, A, "s-1", &more).await.unwrap();
+    for (scope, id) in [(Scope::Key, A), (Scope::Group, "team")] {
+        assert_eq!(
+            s.standing(scope, id, &p, t / 60).await.unwrap().in_flight,
+            1
+        );
+    }
+    assert_eq!(
+        reserve(&*s, A, "other", &a).await,
+        Err(limit(Scope::Key, LimitKind::Concurrent))
+    );
+    s.settle(&block, 1).await.unwrap();
+    assert_eq!(
+        s.standing(Scope::Key, A, &p, t / 60)
+            .await
+            .unwrap()
+            .in_flight,
+        1
+    );
+    s.settle(&session, 1).await.unwrap();
+    for (scope, id) in [(Scope::Key, A), (Scope::Group, "team")] {
+        assert_eq!(
+            s.standing(scope, id, &p, t / 60).await.unwrap().in_flight,
+            0
+        );
+    }
+    assert!(reserve(&*s, A, "other", &a).await.is_ok());
 }
 
 async fn stale_group_and_missing_or_disabled_group(cluster: bool) {

@@ -179,6 +179,7 @@ impl RedisStore {
                 inv.arg(a);
             }
         }
+        inv.arg(if ask.in_flight { "1" } else { "0" });
         let (status, detail, counted): (String, String, String) = inv
             .invoke_async(&mut self.conn.clone())
             .await

@@ -61,7 +61,7 @@ local function purge(key, rsv, rsva, now)
       d = cjson.decode(d)
       if d.x == 0 then
         for _, c in ipairs(d.c) do bump(c[1], -tonumber(d.g), c[2], now) end
-        flying = flying + 1
+        if d.f ~= 0 then flying = flying + 1 end
         d.x = 1
         redis.call('HSET', hold, id, cjson.encode(d))
         redis.call('ZADD', kept, now, id)
@@ -115,7 +115,7 @@ local function settle(key, rsv, rsva, done, rid, actual, used)
     for _, c in ipairs(d.c) do bump(c[1], delta, c[2], now) end
     local t, u = tonumber(d.t), tonumber(used or '-1')
     if u >= 0 and u < t then bump(d.k[1], u - t, d.k[2], now) end
-    if d.x == 0 and live then redis.call('HINCRBY', key, 'in_flight', -1) end
+    if d.x == 0 and d.f ~= 0 and live then redis.call('HINCRBY', key, 'in_flight', -1) end
     redis.call('HDEL', hold, rid)
     redis.call('ZREM', tagged(rsv, 'gw:kept:'), rid)
   end
@@ -150,7 +150,9 @@ return redis.call('HGETALL', KEYS[1])";
 // KEYS per scope (8): hash, rsv, rsva, done, day counter, week counter, month counter,
 // minute's token counter. ARGV: rid, min, max, tokens, ttl, dry ('1': check, hold
 // nothing), scope count, minute; then per scope (5): kind ('key' or 'group'), the group
-// the caller expects the key in ('' none), the ends of the day, week and month.
+// the caller expects the key in ('' none), the ends of the day, week and month; last,
+// whether the hold is a request in flight ('0': more money for one that already counts:
+// neither checked against max_concurrent nor counted, `f = 0` in its details).
 // Idempotent by rid: a held rid answers its grant again, a settled one is refused.
 // Checks, each over every scope in order (the key's before its group's): the state (key
 // exists, enabled, not expired, in the expected group; the group exists and is enabled),
@@ -181,6 +183,7 @@ for s = 1, n do
     kind = ARGV[ab + 1], expect = ARGV[ab + 2],
     ends = {tonumber(ARGV[ab + 3]), tonumber(ARGV[ab + 4]), tonumber(ARGV[ab + 5])}}
 end
+local inflight = ARGV[9 + n * 5] ~= '0'
 for _, c in ipairs(S) do purge(c.h, c.rsv, c.rsva, now) end
 for _, c in ipairs(S) do
   if redis.call('ZSCORE', c.done, rid) then return {'denied', 'released', ''} end
@@ -239,7 +242,7 @@ for _, c in ipairs(S) do
   end
 end
 for _, c in ipairs(S) do
-  if c.v[12] and tonumber(c.v[13] or '0') + 1 > tonumber(c.v[12]) then
+  if inflight and c.v[12] and tonumber(c.v[13] or '0') + 1 > tonumber(c.v[12]) then
     return {'denied', c.kind .. ':concurrent', ''}
   end
 end
@@ -249,7 +252,8 @@ for _, c in ipairs(S) do
   redis.call('HSET', c.rsva, rid, string.format('%d', grant))
   redis.call('HINCRBY', c.h, 'quota_reserved', string.format('%d', grant))
   if c.counts then
-    local d = {g = string.format('%d', grant), t = string.format('%d', tokens), x = 0, c = {}}
+    local d = {g = string.format('%d', grant), t = string.format('%d', tokens), x = 0, c = {},
+      f = inflight and 1 or 0}
     for i = 1, 3 do
       local at = c.ends[i] + 172800
       redis.call('INCRBY', c.cnt[i], string.format('%d', grant))
@@ -260,7 +264,7 @@ for _, c in ipairs(S) do
     redis.call('INCRBY', c.tpm, string.format('%d', tokens))
     redis.call('EXPIREAT', c.tpm, at)
     d.k = {c.tpm, at}
-    redis.call('HINCRBY', c.h, 'in_flight', 1)
+    if inflight then redis.call('HINCRBY', c.h, 'in_flight', 1) end
     if c.kind == 'key' and c.expect ~= '' then d.grp = c.expect end
     redis.call('HSET', tagged(c.rsv, 'gw:hold:'), rid, cjson.encode(d))
   end
@@ -288,7 +292,7 @@ if d then
   d = cjson.decode(d)
   if d.x == 0 then
     for _, c in ipairs(d.c) do bump(c[1], -tonumber(d.g), c[2], now) end
-    if live then redis.call('HINCRBY', KEYS[1], 'in_flight', -1) end
+    if live and d.f ~= 0 then redis.call('HINCRBY', KEYS[1], 'in_flight', -1) end
   end
   bump(d.k[1], -tonumber(d.t), d.k[2], now)
   redis.call('HDEL', hold, rid)
