@@ -10,7 +10,8 @@
 //! - `gw:kept:{TAG}` zset: holds that expired unsettled → when (their details are kept for
 //!   a late settle, then pruned after `SETTLED_KEEP_SECS`)
 //! - `gw:cnt:{TAG}:<kind>:<start>` counter: spend settled plus held in one period (named
-//!   by its label), expiring two days after the period ends
+//!   by its label), expiring two days after the period ends (or after its last hold, when
+//!   an instance whose clock lags holds on a period Redis's clock has left behind)
 //! - `gw:tpm:{TAG}:<minute>` counter: tokens counted in one minute, expiring after it
 //! - `in_flight` in the scope's hash: requests held now
 

@@ -255,7 +255,7 @@ for _, c in ipairs(S) do
     local d = {g = string.format('%d', grant), t = string.format('%d', tokens), x = 0, c = {},
       f = inflight and 1 or 0}
     for i = 1, 3 do
-      local at = c.ends[i] + 172800
+      local at = math.max(c.ends[i], now) + 172800
       redis.call('INCRBY', c.cnt[i], string.format('%d', grant))
       redis.call('EXPIREAT', c.cnt[i], at)
       d.c[i] = {c.cnt[i], at}
