@@ -9,6 +9,7 @@ use model_gateway::billing::Calendar;
 use model_gateway::config::{Config, LogFormat};
 use model_gateway::errors::GatewayError;
 use model_gateway::gateway::open_store;
+use model_gateway::store::Store;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -264,6 +265,20 @@ fn pretty(v: &serde_json::Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
 
+/// The CLI's runtime: one thread, for a few store calls.
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+async fn cli_store(cfg: &Config) -> Result<std::sync::Arc<dyn Store>, String> {
+    open_store(&cfg.store, false)
+        .await
+        .map_err(|e| format!("cannot open the store: {e}"))
+}
+
 fn keys_command(action: KeysAction) -> Result<(), String> {
     let cfg = match &action {
         KeysAction::Create { cfg, .. }
@@ -272,14 +287,8 @@ fn keys_command(action: KeysAction) -> Result<(), String> {
         | KeysAction::Revoke { cfg, .. }
         | KeysAction::List(cfg) => load(cfg)?,
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(async move {
-        let store = open_store(&cfg.store, false)
-            .await
-            .map_err(|e| format!("cannot open the store: {e}"))?;
+    runtime()?.block_on(async move {
+        let store = cli_store(&cfg).await?;
         let store = store.as_ref();
         match action {
             KeysAction::Create { fields, json, .. } => {
@@ -328,14 +337,8 @@ fn groups_command(action: GroupsAction) -> Result<(), String> {
         | GroupsAction::Delete { cfg, .. }
         | GroupsAction::List(cfg) => load(cfg)?,
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    rt.block_on(async move {
-        let store = open_store(&cfg.store, false)
-            .await
-            .map_err(|e| format!("cannot open the store: {e}"))?;
+    runtime()?.block_on(async move {
+        let store = cli_store(&cfg).await?;
         let store = store.as_ref();
         let calendar = Calendar::new(&cfg.limits.time_zone);
         let v = match action {

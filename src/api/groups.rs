@@ -2,7 +2,7 @@
 //! group's own lifetime cap and policy, which every request of its keys must fit too.
 
 use super::keys::{micros_to_usd, nullable, rfc3339, store_err, usd_to_micros};
-use super::policy::{self, parse_object, PolicyInput, POLICY_FIELDS};
+use super::policy::{self, bad, name_and_status, parse_object, PolicyInput, POLICY_FIELDS};
 use crate::billing::Calendar;
 use crate::errors::GatewayError;
 use crate::ids;
@@ -24,10 +24,6 @@ pub struct GroupInput {
 
 const GROUP_FIELDS: &[&str] = &["id", "name", "status", "quota_usd"];
 
-fn bad(param: &str, msg: impl Into<String>) -> GatewayError {
-    GatewayError::bad_request(Some(param), msg)
-}
-
 impl GroupInput {
     pub fn from_json(body: &[u8]) -> Result<GroupInput, GatewayError> {
         let allowed: Vec<&str> = GROUP_FIELDS.iter().chain(POLICY_FIELDS).copied().collect();
@@ -36,18 +32,7 @@ impl GroupInput {
 
     pub fn to_patch(&self) -> Result<GroupPatch, GatewayError> {
         let mut p = GroupPatch::default();
-        if let Some(n) = &self.name {
-            if n.len() > 200 {
-                return Err(bad("name", "`name` must be at most 200 characters"));
-            }
-            p.name = Some(n.clone());
-        }
-        if let Some(s) = &self.status {
-            p.status = Some(
-                KeyStatus::parse(s)
-                    .ok_or_else(|| bad("status", "`status` must be `enabled` or `disabled`"))?,
-            );
-        }
+        (p.name, p.status) = name_and_status(&self.name, &self.status)?;
         if let Some(q) = self.quota_usd {
             p.quota_limit = Some(
                 q.map(|usd| {

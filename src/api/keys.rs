@@ -2,7 +2,7 @@
 //! field names of the admin API. Money crosses this boundary as decimal USD and is
 //! stored as integer micro-USD.
 
-use super::policy::{parse_object, PolicyInput, POLICY_FIELDS};
+use super::policy::{bad, name_and_status, parse_object, PolicyInput, POLICY_FIELDS};
 use crate::auth::keys;
 use crate::config::parse_net;
 use crate::errors::GatewayError;
@@ -54,10 +54,6 @@ where
     Option::<T>::deserialize(d).map(Some)
 }
 
-fn bad(param: &str, msg: impl Into<String>) -> GatewayError {
-    GatewayError::bad_request(Some(param), msg)
-}
-
 impl KeyInput {
     pub fn from_json(body: &[u8]) -> Result<KeyInput, GatewayError> {
         let allowed: Vec<&str> = KEY_FIELDS.iter().chain(POLICY_FIELDS).copied().collect();
@@ -67,18 +63,7 @@ impl KeyInput {
     /// Validates every field into a patch.
     pub fn to_patch(&self) -> Result<KeyPatch, GatewayError> {
         let mut p = KeyPatch::default();
-        if let Some(n) = &self.name {
-            if n.len() > 200 {
-                return Err(bad("name", "`name` must be at most 200 characters"));
-            }
-            p.name = Some(n.clone());
-        }
-        if let Some(s) = &self.status {
-            p.status = Some(
-                KeyStatus::parse(s)
-                    .ok_or_else(|| bad("status", "`status` must be `enabled` or `disabled`"))?,
-            );
-        }
+        (p.name, p.status) = name_and_status(&self.name, &self.status)?;
         if let Some(models) = &self.models {
             for (i, m) in models.iter().enumerate() {
                 if m.trim().is_empty() {

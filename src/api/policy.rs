@@ -8,7 +8,7 @@ use crate::billing::Calendar;
 use crate::errors::GatewayError;
 use crate::store::policy::{time_zone, valid_group_id};
 use crate::store::{
-    KeyRecord, Micros, PeriodKind, Periods, Policy, PolicyPatch, Scope, Standing, Store,
+    KeyRecord, KeyStatus, Micros, PeriodKind, Periods, Policy, PolicyPatch, Scope, Standing, Store,
 };
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -40,8 +40,26 @@ pub const POLICY_FIELDS: &[&str] = &[
     "time_zone",
 ];
 
-fn bad(param: &str, msg: impl Into<String>) -> GatewayError {
+pub(crate) fn bad(param: &str, msg: impl Into<String>) -> GatewayError {
     GatewayError::bad_request(Some(param), msg)
+}
+
+/// The `name` and `status` fields keys and groups share, checked.
+pub(crate) fn name_and_status(
+    name: &Option<String>,
+    status: &Option<String>,
+) -> Result<(Option<String>, Option<KeyStatus>), GatewayError> {
+    if name.as_ref().is_some_and(|n| n.len() > 200) {
+        return Err(bad("name", "`name` must be at most 200 characters"));
+    }
+    let status = status
+        .as_deref()
+        .map(|s| {
+            KeyStatus::parse(s)
+                .ok_or_else(|| bad("status", "`status` must be `enabled` or `disabled`"))
+        })
+        .transpose()?;
+    Ok((name.clone(), status))
 }
 
 /// Parses a JSON object whose fields must all be in `allowed` (an unknown field is

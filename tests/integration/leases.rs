@@ -33,7 +33,7 @@ impl Backend {
         }
     }
 
-    fn urls(&self) -> (Vec<String>, bool) {
+    pub(crate) fn urls(&self) -> (Vec<String>, bool) {
         match self {
             Backend::Single(r) => (vec![r.url()], false),
             Backend::Cluster(c) => (c.urls(), true),
@@ -41,7 +41,7 @@ impl Backend {
     }
 
     /// An instance with leases behaving as `opts` says.
-    async fn store(&self, opts: LeaseOptions) -> Arc<RedisStore> {
+    pub(crate) async fn store(&self, opts: LeaseOptions) -> Arc<RedisStore> {
         let (urls, cluster) = self.urls();
         Arc::new(
             RedisStore::connect_with(&urls, cluster, opts)
@@ -51,7 +51,7 @@ impl Backend {
     }
 
     /// An instance that never leases: one script per call, reading Redis as it is.
-    async fn direct(&self) -> Arc<RedisStore> {
+    pub(crate) async fn direct(&self) -> Arc<RedisStore> {
         self.store(LeaseOptions {
             enabled: false,
             ..LeaseOptions::default()

@@ -4,10 +4,10 @@
 //! from a lease; two instances under bursts never go past any limit.
 
 use crate::contract::eventually;
-use crate::redis_server::{RedisCluster, RedisServer};
+use crate::leases::Backend;
 use jiff::tz::TimeZone;
 use model_gateway::store::policy::periods;
-use model_gateway::store::redis::{LeaseOptions, RedisStore};
+use model_gateway::store::redis::LeaseOptions;
 use model_gateway::store::{
     Ask, GroupAsk, GroupPatch, GroupRecord, KeyPatch, KeyRecord, KeyStatus, Limit, LimitKind,
     Micros, PeriodKind, Policy, PolicyPatch, Reservation, ReserveDenied, Scope, Store, UsageRecord,
@@ -20,45 +20,7 @@ const A: &str = "key_aaaaaaaaaaaaaaaaaaaaaaaa";
 const B: &str = "key_bbbbbbbbbbbbbbbbbbbbbbbb";
 const TTL: u64 = 3600;
 
-enum Backend {
-    Single(RedisServer),
-    Cluster(RedisCluster),
-}
-
 impl Backend {
-    async fn start(cluster: bool) -> Backend {
-        if cluster {
-            Backend::Cluster(RedisCluster::start().await)
-        } else {
-            Backend::Single(RedisServer::start().await)
-        }
-    }
-
-    fn urls(&self) -> (Vec<String>, bool) {
-        match self {
-            Backend::Single(r) => (vec![r.url()], false),
-            Backend::Cluster(c) => (c.urls(), true),
-        }
-    }
-
-    async fn store(&self, opts: LeaseOptions) -> Arc<RedisStore> {
-        let (urls, cluster) = self.urls();
-        Arc::new(
-            RedisStore::connect_with(&urls, cluster, opts)
-                .await
-                .unwrap(),
-        )
-    }
-
-    /// An instance that never leases.
-    async fn direct(&self) -> Arc<RedisStore> {
-        self.store(LeaseOptions {
-            enabled: false,
-            ..LeaseOptions::default()
-        })
-        .await
-    }
-
     /// The fields of a raw hash (to see whether a lease is held on a key).
     async fn hkeys(&self, name: &str) -> Vec<String> {
         match self {

@@ -400,6 +400,31 @@ impl RedisStore {
         }
     }
 
+    /// Writes a new record's hash (refusing an existing one) and lists its id in `set`.
+    async fn create_record(
+        &self,
+        hash: String,
+        fields: Vec<(&'static str, String)>,
+        set: &str,
+        what: &str,
+        id: &str,
+    ) -> StoreResult<()> {
+        let mut inv = self.scripts.create.key(hash);
+        for (f, v) in fields {
+            if !v.is_empty() {
+                inv.arg(f).arg(v);
+            }
+        }
+        let created: i64 = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(map_err)?;
+        if created == 0 {
+            return Err(StoreError::Conflict(format!("{what} {id} exists")));
+        }
+        self.query::<()>(redis::cmd("SADD").arg(set).arg(id)).await
+    }
+
     /// Gives every lease back and sends every settled charge, waiting at most `within`.
     /// Afterwards every reserve is one script.
     pub async fn close_leases(&self, within: Duration) -> StoreResult<()> {
@@ -410,20 +435,7 @@ impl RedisStore {
 #[async_trait]
 impl Store for RedisStore {
     async fn create_key(&self, rec: &KeyRecord) -> StoreResult<()> {
-        let mut inv = self.scripts.create.key(key(&rec.id));
-        for (f, v) in records::fields(rec) {
-            if !v.is_empty() {
-                inv.arg(f).arg(v);
-            }
-        }
-        let created: i64 = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(map_err)?;
-        if created == 0 {
-            return Err(StoreError::Conflict(format!("key {} exists", rec.id)));
-        }
-        self.query::<()>(redis::cmd("SADD").arg(KEYS_SET).arg(&rec.id))
+        self.create_record(key(&rec.id), records::fields(rec), KEYS_SET, "key", &rec.id)
             .await
     }
 
@@ -651,21 +663,15 @@ impl Store for RedisStore {
     }
 
     async fn create_group(&self, rec: &GroupRecord) -> StoreResult<()> {
-        let mut inv = self.scripts.create.key(scopes::group(&rec.id));
-        for (f, v) in records::group_fields(rec) {
-            if !v.is_empty() {
-                inv.arg(f).arg(v);
-            }
-        }
-        let created: i64 = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(map_err)?;
-        if created == 0 {
-            return Err(StoreError::Conflict(format!("group {} exists", rec.id)));
-        }
-        self.query::<()>(redis::cmd("SADD").arg(GROUPS_SET).arg(&rec.id))
-            .await
+        let hash = scopes::group(&rec.id);
+        self.create_record(
+            hash,
+            records::group_fields(rec),
+            GROUPS_SET,
+            "group",
+            &rec.id,
+        )
+        .await
     }
 
     async fn get_group(&self, id: &str) -> StoreResult<Option<GroupRecord>> {
