@@ -370,20 +370,43 @@ fn key_from_row(r: &Row<'_>) -> rusqlite::Result<KeyRecord> {
     })
 }
 
-pub fn get_key(conn: &Connection, id: &str) -> StoreResult<Option<KeyRecord>> {
-    conn.prepare_cached(&format!("SELECT {KEY_COLUMNS} FROM keys WHERE id = ?1"))
-        .and_then(|mut st| st.query_row([id], key_from_row).optional())
+type FromRow<T> = fn(&Row<'_>) -> rusqlite::Result<T>;
+
+/// The row of `table` with this id, read by `from`.
+fn by_id<T>(
+    conn: &Connection,
+    columns: &str,
+    table: &str,
+    id: &str,
+    from: FromRow<T>,
+) -> StoreResult<Option<T>> {
+    conn.prepare_cached(&format!("SELECT {columns} FROM {table} WHERE id = ?1"))
+        .and_then(|mut st| st.query_row([id], from).optional())
         .map_err(internal)
 }
 
-pub fn list_keys(conn: &Connection) -> StoreResult<Vec<KeyRecord>> {
+/// Every row of `table`, oldest first.
+fn every<T>(
+    conn: &Connection,
+    columns: &str,
+    table: &str,
+    from: FromRow<T>,
+) -> StoreResult<Vec<T>> {
     let mut st = conn
         .prepare_cached(&format!(
-            "SELECT {KEY_COLUMNS} FROM keys ORDER BY created_at, id"
+            "SELECT {columns} FROM {table} ORDER BY created_at, id"
         ))
         .map_err(internal)?;
-    let rows = st.query_map([], key_from_row).map_err(internal)?;
+    let rows = st.query_map([], from).map_err(internal)?;
     rows.collect::<Result<Vec<_>, _>>().map_err(internal)
+}
+
+pub fn get_key(conn: &Connection, id: &str) -> StoreResult<Option<KeyRecord>> {
+    by_id(conn, KEY_COLUMNS, "keys", id, key_from_row)
+}
+
+pub fn list_keys(conn: &Connection) -> StoreResult<Vec<KeyRecord>> {
+    every(conn, KEY_COLUMNS, "keys", key_from_row)
 }
 
 /// What a key's reservations are checked against; `None` if the key does not exist.
@@ -448,19 +471,11 @@ fn group_from_row(r: &Row<'_>) -> rusqlite::Result<GroupRecord> {
 }
 
 pub fn get_group(conn: &Connection, id: &str) -> StoreResult<Option<GroupRecord>> {
-    conn.prepare_cached(&format!("SELECT {GROUP_COLUMNS} FROM groups WHERE id = ?1"))
-        .and_then(|mut st| st.query_row([id], group_from_row).optional())
-        .map_err(internal)
+    by_id(conn, GROUP_COLUMNS, "groups", id, group_from_row)
 }
 
 pub fn list_groups(conn: &Connection) -> StoreResult<Vec<GroupRecord>> {
-    let mut st = conn
-        .prepare_cached(&format!(
-            "SELECT {GROUP_COLUMNS} FROM groups ORDER BY created_at, id"
-        ))
-        .map_err(internal)?;
-    let rows = st.query_map([], group_from_row).map_err(internal)?;
-    rows.collect::<Result<Vec<_>, _>>().map_err(internal)
+    every(conn, GROUP_COLUMNS, "groups", group_from_row)
 }
 
 impl GroupFigures {
