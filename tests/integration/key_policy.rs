@@ -691,3 +691,110 @@ async fn a_key_moved_into_a_group_on_another_instance_is_held_to_it_at_once() {
         "{t}"
     );
 }
+
+/// The CLI, on the store a gateway uses: a group and a key in it with limits, each shown
+/// with its figures; bad input names the flag's field.
+#[test]
+fn the_cli_manages_groups_and_key_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        "listen: 127.0.0.1:0\nstore: { embedded: { path: data } }\nchannels: []\nlimits: { time_zone: Europe/Paris }\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_model-gateway"))
+            .args(args)
+            .args(["--config", config.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        (
+            out.status.success(),
+            serde_json::from_str::<Value>(&text).unwrap_or(Value::Null),
+            err,
+        )
+    };
+    let (ok, g, err) = run(&[
+        "groups",
+        "create",
+        "team-a",
+        "--quota-usd",
+        "10",
+        "--budget-month-usd",
+        "4",
+        "--tpm",
+        "9000",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        (
+            g["quota_usd"].clone(),
+            g["budget_month_usd"].clone(),
+            g["tpm"].clone()
+        ),
+        (json!(10.0), json!(4.0), json!(9000))
+    );
+    let (ok, k, err) = run(&[
+        "keys",
+        "create",
+        "--json",
+        "--group",
+        "team-a",
+        "--budget-day-usd",
+        "0.5",
+        "--max-concurrent",
+        "2",
+        "--time-zone",
+        "Asia/Tokyo",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        (
+            k["group"].clone(),
+            k["budget_day_usd"].clone(),
+            k["max_concurrent"].clone(),
+            k["time_zone"].clone()
+        ),
+        (json!("team-a"), json!(0.5), json!(2), json!("Asia/Tokyo"))
+    );
+    let id = k["id"].as_str().unwrap();
+    let (ok, shown, err) = run(&["groups", "show", "team-a"]);
+    assert!(ok, "{err}");
+    assert_eq!(shown["keys"], json!([id]));
+    let names: Vec<&str> = shown["limits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["limit"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["group.quota", "group.budget.month", "group.tpm"]);
+    let (ok, k, err) = run(&[
+        "keys",
+        "update",
+        id,
+        "--budget-day-usd",
+        "none",
+        "--group",
+        "none",
+    ]);
+    assert!(ok, "{err}");
+    assert_eq!(
+        (k["budget_day_usd"].clone(), k["group"].clone()),
+        (Value::Null, Value::Null)
+    );
+    // Refusals name the field; a group its keys still name is not deleted.
+    let (ok, _, err) = run(&["keys", "update", id, "--time-zone", "Mars/Olympus"]);
+    assert!(!ok && err.contains("time_zone"), "{err}");
+    let (ok, _, err) = run(&["keys", "update", id, "--group", "nope"]);
+    assert!(!ok && err.contains("group"), "{err}");
+    assert!(run(&["keys", "update", id, "--group", "team-a"]).0);
+    let (ok, _, err) = run(&["groups", "delete", "team-a"]);
+    assert!(!ok && err.contains("still belong"), "{err}");
+    assert!(run(&["keys", "revoke", id]).0);
+    let (ok, gone, err) = run(&["groups", "delete", "team-a"]);
+    assert!(ok, "{err}");
+    assert_eq!(gone["deleted"], true);
+}
