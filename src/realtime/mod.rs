@@ -71,8 +71,8 @@ pub use link::Link;
 use crate::auth::credentials::query_param;
 use crate::auth::AuthKey;
 use crate::billing::Price;
-use crate::channels::ChannelProtocol;
-use crate::errors::GatewayError;
+use crate::channels::{ChannelProtocol, ErrorKind};
+use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use crate::protocol::Invalid;
 use crate::relay::ERROR_BODY_LIMIT;
@@ -129,13 +129,21 @@ async fn begin(
         rec.stream = true;
     }
     key.check_model(&model)?;
-    // Only an OpenAI-style upstream speaks this protocol.
-    let channel = gw
+    // Only an OpenAI-style upstream speaks this protocol; the first whose circuit admits
+    // a request now is used (a session is one long request: it is not moved later).
+    let speakers: Vec<_> = gw
         .router
         .candidates(&model)
         .into_iter()
-        .find(|c| c.protocol == ChannelProtocol::OpenAi)
-        .ok_or_else(|| GatewayError::ModelNotFound(model.clone()))?;
+        .filter(|c| c.protocol == ChannelProtocol::OpenAi)
+        .collect();
+    if speakers.is_empty() {
+        return Err(GatewayError::ModelNotFound(model.clone()));
+    }
+    let channel = speakers
+        .into_iter()
+        .find(|c| c.admit())
+        .ok_or(GatewayError::Upstream(UpstreamFailure::Connect))?;
     let price: Price = gw
         .config
         .prices
@@ -185,19 +193,46 @@ async fn connect(
         query,
         channel.upstream_model(&link.model),
     );
+    let key = channel.keys.pick();
     let req = handshake::upstream_request(
         session.req_header(),
         &path,
         &channel.authority(),
-        channel.keys.pick().secret,
+        key.secret,
     )
     .map_err(|e| {
         tracing::error!(channel = %channel.name, error = %e, "cannot build the realtime handshake");
         GatewayError::Internal
     })?;
-    let mut http = upstream::open(gw, &channel, req).await?;
+    let started = std::time::Instant::now();
+    // The handshake's outcome is the channel's health, as an exchange's answer is.
+    let mut http = upstream::open(gw, &channel, req).await.inspect_err(|e| {
+        let kind = match e {
+            GatewayError::Upstream(UpstreamFailure::Timeout) => ErrorKind::Timeout,
+            GatewayError::Upstream(UpstreamFailure::BadResponse) => ErrorKind::BadResponse,
+            _ => ErrorKind::Connect,
+        };
+        channel.health.failure(&channel.circuit, kind, None);
+    })?;
+    let status = upstream::status(&http);
+    // 101 is the upgrade; a 2xx or 3xx is no WebSocket: a bad answer, not a success.
+    let outcome = match status {
+        101 => None,
+        200..=399 => Some(ErrorKind::BadResponse),
+        _ => ErrorKind::of_status(status),
+    };
+    match outcome {
+        None => channel.health.success(started.elapsed()),
+        Some(kind) => {
+            channel
+                .health
+                .failure(&channel.circuit, kind, Some(started.elapsed()));
+            if kind == ErrorKind::Auth {
+                channel.keys.set_aside(key.index, status);
+            }
+        }
+    }
     if !upstream::upgraded(&mut http) {
-        let status = upstream::status(&http);
         let body = upstream::refusal_body(&mut http, ERROR_BODY_LIMIT).await;
         tracing::warn!(
             request_id = %ctx.request_id, channel = %channel.name, status,

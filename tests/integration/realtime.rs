@@ -652,3 +652,53 @@ async fn a_graceful_stop_closes_a_running_session_after_the_grace_period_and_set
         "the session is settled for what it used"
     );
 }
+
+/// A channel that failed enough to open its circuit is skipped by the next session, which
+/// goes to the next channel serving the model; the handshake's outcome is the channel's
+/// health, as an exchange's answer is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_skips_a_channel_whose_circuit_is_open() {
+    let bad = mock_upstream(Answer::Refuse(503)).await;
+    let good = mock_upstream(Answer::Upgrade(TOKENS)).await;
+    let channel = |name: &str, base: &str, priority: u32| {
+        format!("  - {{ name: {name}, protocol: openai, base_url: \"{base}\", api_key: upstream-secret-key, models: [gpt-realtime], priority: {priority} }}\n")
+    };
+    let cfg = format!(
+        "circuit: {{ failures: 1, cooldown_secs: 600 }}\nchannels:\n{}{}prices:\n  gpt-realtime: {{ input: 1.0, output: 2.0, cached_input: 0.5 }}\n",
+        channel("bad", &bad.base, 0),
+        channel("good", &good.base, 1)
+    );
+    let gw = TestGateway::start(&cfg, StoreKind::Embedded).await;
+    let (key, _) = gw.create_key(json!({"quota_usd": 1})).await;
+    let protocols = format!("realtime, openai-insecure-api-key.{key}");
+    bounded(async {
+        let (_sock, head) = connect(&gw, "gpt-realtime", &protocols).await;
+        assert!(
+            head.starts_with("HTTP/1.1 500"),
+            "the first channel failed: {head}"
+        );
+        let (_sock, head) = connect(&gw, "gpt-realtime", &protocols).await;
+        assert!(
+            head.starts_with("HTTP/1.1 101"),
+            "the next session went on: {head}"
+        );
+    })
+    .await;
+    assert_eq!(
+        bad.accepted.load(Ordering::SeqCst),
+        1,
+        "the open circuit was not tried"
+    );
+    assert_eq!(good.accepted.load(Ordering::SeqCst), 1);
+    let (_, channels) = gw.admin_get("/admin/channels").await;
+    let state = |name: &str| {
+        channels["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["state"].clone())
+    };
+    assert_eq!(state("bad"), Some(json!("open")), "{channels}");
+    assert_eq!(state("good"), Some(json!("closed")), "{channels}");
+}
