@@ -62,6 +62,8 @@ pub enum GatewayError {
     MethodNotAllowed,
     /// 408: the request header did not arrive within the listener's deadline.
     HeaderTimeout,
+    /// 408: the request body did not arrive whole within `limits.body_timeout_secs`.
+    BodyTimeout,
     BodyTooLarge(usize),
     /// 431: the request header is larger than this many bytes.
     HeaderTooLarge(usize),
@@ -142,7 +144,7 @@ impl GatewayError {
             | ModelNotPriced(_) => 403,
             NotFound | ModelNotFound(_) | TaskNotFound | VideoNotReady(_) | KeyNotFound => 404,
             MethodNotAllowed => 405,
-            HeaderTimeout => 408,
+            HeaderTimeout | BodyTimeout => 408,
             BodyTooLarge(_) => 413,
             HeaderTooLarge(_) | TooManyHeaders(_) => 431,
             RateLimited => 429,
@@ -177,7 +179,7 @@ impl GatewayError {
             VideoNotReady(_) => "video_not_ready",
             KeyNotFound => "key_not_found",
             MethodNotAllowed => "method_not_allowed",
-            HeaderTimeout => "request_timeout",
+            HeaderTimeout | BodyTimeout => "request_timeout",
             BodyTooLarge(_) => "request_too_large",
             HeaderTooLarge(_) | TooManyHeaders(_) => "request_header_too_large",
             RateLimited => "rate_limited",
@@ -235,6 +237,7 @@ impl GatewayError {
             KeyNotFound => "API key not found.".into(),
             MethodNotAllowed => "Method not allowed on this path.".into(),
             HeaderTimeout => "The request header did not arrive in time.".into(),
+            BodyTimeout => "The request body did not arrive in time.".into(),
             BodyTooLarge(limit) => {
                 format!("Request body is larger than the limit of {limit} bytes.")
             }

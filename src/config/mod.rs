@@ -94,6 +94,8 @@ pub struct Limits {
     pub shutdown_grace: std::time::Duration,
     /// The client listener's edge (see `edge`).
     pub header_timeout: Duration,
+    /// A request body must arrive whole within this time.
+    pub body_timeout: Duration,
     /// `None`: connections are not kept alive between requests.
     pub idle_keepalive: Option<Duration>,
     pub max_client_connections: usize,
@@ -423,6 +425,7 @@ impl Config {
                 reservation_ttl_secs: raw.limits.reservation_ttl_secs.max(60),
                 shutdown_grace: std::time::Duration::from_secs(raw.limits.shutdown_grace_secs),
                 header_timeout: Duration::from_secs(raw.limits.header_timeout_secs),
+                body_timeout: Duration::from_secs(raw.limits.body_timeout_secs.max(1)),
                 idle_keepalive: (raw.limits.idle_keepalive_secs > 0)
                     .then(|| Duration::from_secs(raw.limits.idle_keepalive_secs)),
                 max_client_connections: raw.limits.max_client_connections,

@@ -200,6 +200,10 @@ pub struct RawLimits {
     /// opening, or of the first byte of a later request on it).
     #[serde(default = "default_header_timeout")]
     pub header_timeout_secs: u64,
+    /// A request's body must arrive whole within this time of the handler starting to
+    /// read it (a body trickled a byte at a time cannot hold a connection for ever).
+    #[serde(default = "default_body_timeout")]
+    pub body_timeout_secs: u64,
     /// A keep-alive connection with no request for this long is closed; 0: none kept.
     #[serde(default = "default_idle_keepalive")]
     pub idle_keepalive_secs: u64,
@@ -223,6 +227,7 @@ impl Default for RawLimits {
             reservation_ttl_secs: default_reservation_ttl(),
             shutdown_grace_secs: default_shutdown_grace(),
             header_timeout_secs: default_header_timeout(),
+            body_timeout_secs: default_body_timeout(),
             idle_keepalive_secs: default_idle_keepalive(),
             max_client_connections: default_max_client_connections(),
             max_header_bytes: default_max_header_bytes(),
@@ -233,6 +238,10 @@ impl Default for RawLimits {
 
 fn default_shutdown_grace() -> u64 {
     30
+}
+
+fn default_body_timeout() -> u64 {
+    300
 }
 
 fn default_header_timeout() -> u64 {

@@ -1,10 +1,23 @@
-//! Reading the client's request body whole, within the configured limit.
+//! Reading the client's request body whole, within the configured size and time.
 
+use crate::config::Limits;
 use crate::errors::GatewayError;
 use bytes::{Bytes, BytesMut};
 use pingora::proxy::Session;
 
-pub async fn read(session: &mut Session, limit: usize) -> Result<Bytes, GatewayError> {
+/// The body, at most `limits.max_body_bytes` (413), arrived whole within
+/// `limits.body_timeout` (408; Pingora's own timeout bounds each read, not the whole).
+pub async fn read(session: &mut Session, limits: &Limits) -> Result<Bytes, GatewayError> {
+    match tokio::time::timeout(limits.body_timeout, whole(session, limits.max_body_bytes)).await {
+        Ok(read) => read,
+        Err(_) => {
+            session.set_keepalive(None);
+            Err(GatewayError::BodyTimeout)
+        }
+    }
+}
+
+async fn whole(session: &mut Session, limit: usize) -> Result<Bytes, GatewayError> {
     let declared = session
         .req_header()
         .headers

@@ -240,7 +240,7 @@ pub async fn handle(
     media: &Media,
 ) -> Result<Answer, GatewayError> {
     let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
-    let raw = body::read(session, gw.config.limits.max_body_bytes).await?;
+    let raw = body::read(session, &gw.config.limits).await?;
     let content_type = session
         .get_header(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

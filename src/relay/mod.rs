@@ -43,7 +43,7 @@ pub async fn handle(
             "The `msg-version` (or `anthropic-version`) header is required.",
         ));
     }
-    let raw = body::read(session, gw.config.limits.max_body_bytes).await?;
+    let raw = body::read(session, &gw.config.limits).await?;
     let parsed = Body::parse(route.protocol, &raw)?;
     let model = match &route.path_model {
         Some(m) => m.clone(),

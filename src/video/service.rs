@@ -79,7 +79,7 @@ async fn video_b(
     match param("Action").as_deref() {
         Some("CVSync2AsyncSubmitTask") => submit(gw, session, ctx, key, Shape::VideoB).await,
         Some("CVSync2AsyncGetResult") => {
-            let raw = body::read(session, gw.config.limits.max_body_bytes).await?;
+            let raw = body::read(session, &gw.config.limits).await?;
             let v = parse_json(&raw)?;
             let id = v
                 .get("task_id")
@@ -121,7 +121,7 @@ async fn read_job(
     session: &mut Session,
     shape: Shape,
 ) -> Result<VideoJob, GatewayError> {
-    let raw = body::read(session, gw.config.limits.max_body_bytes).await?;
+    let raw = body::read(session, &gw.config.limits).await?;
     let bounds = Bounds {
         max_seconds: gw.config.video.max_seconds,
     };

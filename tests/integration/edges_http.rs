@@ -250,6 +250,45 @@ async fn slow_headers_are_cut_off_at_the_deadline() {
     served(&gw, &key).await;
 }
 
+/// A body trickled a byte every 100 ms (each read well within Pingora's per-read
+/// timeout) is cut off once the whole-body deadline passes: 408 in the envelope, the
+/// connection closed, and the gateway serves the next client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickled_body_is_cut_off_at_the_body_deadline() {
+    let (gw, key) = gateway("{ body_timeout_secs: 1 }").await;
+    let mut s = TcpStream::connect(addr(&gw)).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n{{\"model\":\"m\","
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    let mut got = Vec::new();
+    while started.elapsed() < Duration::from_secs(8) && parse_answer(&got).is_none() {
+        let mut chunk = [0u8; 4096];
+        tokio::select! {
+            r = s.read(&mut chunk) => match r {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&chunk[..n]),
+            },
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                let _ = s.write_all(b" ").await;
+            }
+        }
+    }
+    let a = parse_answer(&got).expect("a 408 before the connection closes");
+    assert_envelope(&a, 408, "trickled body");
+    assert!(
+        a.body.contains("request body did not arrive in time"),
+        "{a:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "cut at the deadline"
+    );
+    assert!(closed_within(&mut s, Duration::from_secs(3)).await);
+    served(&gw, &key).await;
+}
+
 /// An idle keep-alive connection is closed after the configured bound, and one that is
 /// still in use is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
