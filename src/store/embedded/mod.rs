@@ -29,6 +29,7 @@
 //! keeps what its hold is on (`detail`), so its settle after a restart charges the same
 //! counters; the keys holding task reservations are loaded when the store opens.
 
+mod counters;
 mod ledger;
 mod readers;
 mod sql;

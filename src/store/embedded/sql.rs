@@ -1,8 +1,7 @@
 //! The embedded store's tables and the statements the writer and the readers share.
 
-use super::ledger::{
-    durable, Detail, DurableHold, Figures, GroupFigures, Ledger, On, STALE_PERIOD,
-};
+use super::counters::STALE_PERIOD;
+use super::ledger::{durable, Detail, DurableHold, Figures, GroupFigures, Ledger, On};
 use crate::store::policy::{GroupRecord, Policy};
 use crate::store::{KeyRecord, KeyStatus, Micros, StoreError, StoreResult, SETTLED_KEEP_SECS};
 use rusqlite::{params, Connection, OptionalExtension, Row};
