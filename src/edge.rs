@@ -19,7 +19,7 @@ use crate::config::Limits;
 use crate::errors::{ErrorShape, GatewayError};
 use crate::ids;
 use async_trait::async_trait;
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use parking_lot::Mutex;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora::protocols::http::v1::server::HttpSession;
@@ -114,7 +114,7 @@ where
     ) -> Option<Stream> {
         let Ok(_permit) = self.permits.clone().try_acquire_owned() else {
             self.log_cap();
-            refuse(&mut stream, &GatewayError::TooManyConnections).await;
+            Box::pin(refuse(&mut stream, &GatewayError::TooManyConnections)).await;
             return None;
         };
         let mut shutdown = shutdown.clone();
@@ -130,7 +130,7 @@ where
                 Head::Request(head) => head,
                 Head::Gone => return None,
                 Head::Refused(e) => {
-                    refuse(&mut stream, &e).await;
+                    Box::pin(refuse(&mut stream, &e)).await;
                     return None;
                 }
             };
@@ -227,10 +227,12 @@ async fn read_head(
                 return Head::Refused(GatewayError::HeaderTooLarge(limits.max_header_bytes))
             }
             Some(end) => {
-                return match check(&buf[..end]).await {
+                // Boxed: the probe's state is held only while it runs, not for as long
+                // as the connection's future lives.
+                return match Box::pin(check(&buf[..end])).await {
                     Ok(()) => Head::Request(buf),
                     Err(e) => Head::Refused(e),
-                }
+                };
             }
             None if buf.len() > limits.max_header_bytes => {
                 return Head::Refused(GatewayError::HeaderTooLarge(limits.max_header_bytes))
@@ -240,15 +242,16 @@ async fn read_head(
     }
 }
 
+/// Reads straight into `buf`, at most [`READ_CHUNK`] bytes: no buffer on the way (a
+/// buffer in this future would be held, with the connection's, for the connection's
+/// whole life).
 async fn read_some(stream: &mut Stream, buf: &mut BytesMut) -> usize {
-    let mut chunk = [0u8; READ_CHUNK];
-    match stream.read(&mut chunk).await {
-        Ok(n) => {
-            buf.extend_from_slice(&chunk[..n]);
-            n
-        }
-        Err(_) => 0,
+    if buf.capacity() == buf.len() {
+        buf.reserve(buf.len().clamp(1024, READ_CHUNK));
     }
+    let room = (buf.capacity() - buf.len()).min(READ_CHUNK);
+    let mut limited = buf.limit(room);
+    stream.read_buf(&mut limited).await.unwrap_or(0)
 }
 
 /// Where the header ends (just past the blank line), searching from `from`: a line end
@@ -323,7 +326,8 @@ async fn refuse(stream: &mut Stream, e: &GatewayError) {
     // Half-close, then read what the client still sends until it closes too.
     let _ = tokio::time::timeout(WRITE_TIMEOUT, stream.shutdown()).await;
     let _ = tokio::time::timeout(DRAIN, async {
-        let mut chunk = [0u8; READ_CHUNK];
+        // On the heap: this future is part of every connection's, for its whole life.
+        let mut chunk = vec![0u8; READ_CHUNK];
         let mut drained = 0;
         while drained < DRAIN_BYTES {
             match stream.read(&mut chunk).await {

@@ -212,7 +212,10 @@ fn pico_to_micros(pico: u128) -> Micros {
 /// emits at most one token per byte of text, the JSON around the text only adds bytes,
 /// and each image part gets a fixed allowance.
 pub fn input_token_bound(body: &[u8]) -> u64 {
-    let images = memchr::memmem::find_iter(body, b"image").count() as u64;
+    // Built once: a searcher is costly to set up, and this runs several times a request.
+    static IMAGE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"image"));
+    let images = IMAGE.find_iter(body).count() as u64;
     body.len() as u64 + images * IMAGE_TOKEN_ALLOWANCE + 64
 }
 

@@ -106,7 +106,10 @@ async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx) -> Phase {
     let route = route::route(&req.method, &path);
     ctx.shape = route.error_shape(&path);
     ctx.obs.routed(&gw.observe, &route, ctx.shape, &req.headers);
-    match dispatch(gw, session, ctx, &route, &path, query.as_deref()).await {
+    // Boxed: what answering needs is freed before the answer is sent, instead of being
+    // held (as this future's size) for the whole of a stream.
+    let answer = Box::pin(dispatch(gw, session, ctx, &route, &path, query.as_deref())).await;
+    match answer {
         Ok(answer) => answer.send(gw, session, ctx).await,
         Err(e) => respond_error(session, ctx, &e).await,
     }

@@ -288,17 +288,20 @@ impl<M: Meter + 'static> LiveAnswer for Streaming<M> {
             mut guard,
             content_type,
             framed,
-        } = *self;
+        } = unbox(self);
         ctx.status = 200;
         let _open = crate::observe::GaugeGuard::new(&gw.observe.streams);
+        // The steps that run once (the header, the settlement, the connection's return)
+        // are boxed: their state is held only while they run, not for the whole stream.
         let mut client_ok = match response_header(ctx, 200, &content_type, None) {
-            Some(h) => session
-                .write_response_header(Box::new(h), false)
+            Some(h) => Box::pin(session.write_response_header(Box::new(h), false))
                 .await
                 .is_ok(),
             None => false,
         };
-        let mut out = Vec::with_capacity(8 * 1024);
+        drop(content_type);
+        // Grown by the first event: an idle stream holds no buffer.
+        let mut out = Vec::new();
         let cut = gw.cut.wait();
         tokio::pin!(cut);
         let broke: Option<String> = loop {
@@ -337,19 +340,27 @@ impl<M: Meter + 'static> LiveAnswer for Streaming<M> {
             }
         }
         // Settled before the stream's last bytes: a caller who reads its balance next sees it.
-        settle(ctx, &mut guard, meter.cost(), ctx.status).await;
+        let cost = meter.cost();
+        Box::pin(settle(ctx, &mut guard, cost, ctx.status)).await;
         if client_ok {
             if !out.is_empty() {
                 client_ok = write(session, Bytes::from(out)).await;
             }
             if client_ok {
-                if let Err(e) = session.write_response_body(None, true).await {
+                if let Err(e) = Box::pin(session.write_response_body(None, true)).await {
                     tracing::debug!(error = %e, "client gone at end of stream");
                 }
             }
         }
-        ex.finish(gw).await;
+        Box::pin(ex.finish(gw)).await;
     }
+}
+
+/// The box's contents; the box itself is freed here, not when the caller's (long) scope
+/// ends.
+#[allow(clippy::boxed_local)] // taking the box is the point: it is freed on return
+fn unbox<T>(b: Box<T>) -> T {
+    *b
 }
 
 async fn write(session: &mut Session, piece: Bytes) -> bool {

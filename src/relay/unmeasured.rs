@@ -24,13 +24,16 @@ const BY_REFERENCE: &[&str] = &[
 /// The first member of `body` that refers to unmeasurable content, by name.
 pub fn find(raw: &[u8]) -> Option<&'static str> {
     // Cheap refusal of the common case: none of the names appears in the bytes at all.
-    let suspects: Vec<&'static str> = BY_REFERENCE
-        .iter()
-        .copied()
-        .chain(["document"])
-        .filter(|n| memchr::memmem::find(raw, n.as_bytes()).is_some())
-        .collect();
-    if suspects.is_empty() {
+    // The searchers are built once, not per request.
+    static SEARCHERS: std::sync::LazyLock<Vec<memchr::memmem::Finder<'static>>> =
+        std::sync::LazyLock::new(|| {
+            BY_REFERENCE
+                .iter()
+                .chain(&["document"])
+                .map(|n| memchr::memmem::Finder::new(n.as_bytes()))
+                .collect()
+        });
+    if !SEARCHERS.iter().any(|f| f.find(raw).is_some()) {
         return None;
     }
     let v: Value = serde_json::from_slice(raw).ok()?;
