@@ -305,27 +305,30 @@ async fn a_settle_cancelled_mid_call_lands_exactly_once(cfg: StoreConfig) {
 /// away, or the reply was lost) holds money no guard owns: `billing::reserve` releases it.
 async fn a_reserve_cancelled_before_its_answer_is_released(cfg: StoreConfig) {
     let store = open(&cfg).await;
-    key(&*store, KEY).await;
     // A reserve is cut after its first poll. A store that answers within that poll (a
-    // connection being re-established fails at once) is simply asked again under
-    // another id: what must hold is that no cut leaves money held.
+    // connection being re-established fails at once; the embedded store answers a key
+    // it holds in memory at once, and loads one it does not on its writer thread, which
+    // may be quicker than the poll) is simply asked again, for a key it has not seen:
+    // what must hold is that no cut leaves money held.
     let mut cut = None;
     for attempt in 0..20 {
+        let key_id = format!("key_{attempt:024}");
+        key(&*store, &key_id).await;
         let id = format!("req-gone-{attempt}");
         if cut_after_one_poll(billing::reserve(
             &store,
-            KEY,
+            &key_id,
             &id,
             &Ask::money(0, 400_000, 0),
             TTL,
         ))
         .await
         {
-            cut = Some(id);
+            cut = Some((key_id, id));
             break;
         }
     }
-    let cut = cut.expect("cancelled before the answer");
+    let (key_id, cut) = cut.expect("cancelled before the answer");
     // The release runs in the background. Until it has, a late duplicate of the reserve
     // may still be granted (the release then frees that too); once it has, the id is
     // refused for good and nothing is held.
@@ -333,17 +336,18 @@ async fn a_reserve_cancelled_before_its_answer_is_released(cfg: StoreConfig) {
         Duration::from_secs(10),
         "the cut id is released, so a late duplicate cannot hold it again",
         || async {
-            store.reserve(KEY, &cut, 0, 400_000, TTL).await.unwrap() == Err(ReserveDenied::Released)
+            store.reserve(&key_id, &cut, 0, 400_000, TTL).await.unwrap()
+                == Err(ReserveDenied::Released)
         },
     )
     .await;
     eventually(
         Duration::from_secs(10),
         "the orphan hold is released",
-        || async { available(&*store, KEY).await == QUOTA },
+        || async { available(&*store, &key_id).await == QUOTA },
     )
     .await;
-    assert_eq!(used(&*store, KEY).await, 0);
+    assert_eq!(used(&*store, &key_id).await, 0);
 }
 
 async fn usage_records_keep_whether_their_cost_is_estimated_and_the_overrun(cfg: StoreConfig) {
