@@ -1,8 +1,10 @@
 //! Group management, shared by the admin HTTP API and the CLI (like [`super::keys`]): a
 //! group's own lifetime cap and policy, which every request of its keys must fit too.
 
-use super::keys::{micros_to_usd, nullable, rfc3339, store_err, usd_to_micros};
-use super::policy::{self, bad, name_and_status, parse_object, PolicyInput, POLICY_FIELDS};
+use super::fields::{
+    bad, micros_to_usd, name_and_status, nullable, parse_object, rfc3339, store_err, usd_field,
+};
+use super::policy::{self, PolicyInput, POLICY_FIELDS};
 use crate::billing::Calendar;
 use crate::errors::GatewayError;
 use crate::ids;
@@ -33,19 +35,7 @@ impl GroupInput {
     pub fn to_patch(&self) -> Result<GroupPatch, GatewayError> {
         let mut p = GroupPatch::default();
         (p.name, p.status) = name_and_status(&self.name, &self.status)?;
-        if let Some(q) = self.quota_usd {
-            p.quota_limit = Some(
-                q.map(|usd| {
-                    usd_to_micros(usd).ok_or_else(|| {
-                        bad(
-                            "quota_usd",
-                            "`quota_usd` must be a non-negative number of USD",
-                        )
-                    })
-                })
-                .transpose()?,
-            );
-        }
+        p.quota_limit = usd_field("quota_usd", self.quota_usd)?;
         p.policy = self.policy.to_patch()?;
         Ok(p)
     }

@@ -2,14 +2,17 @@
 //! field names of the admin API. Money crosses this boundary as decimal USD and is
 //! stored as integer micro-USD.
 
-use super::policy::{bad, name_and_status, parse_object, PolicyInput, POLICY_FIELDS};
+use super::fields::{
+    bad, micros_to_usd, name_and_status, nullable, parse_object, rfc3339, store_err, usd_field,
+};
+use super::policy::{PolicyInput, POLICY_FIELDS};
 use crate::auth::keys;
 use crate::config::parse_net;
 use crate::errors::GatewayError;
 use crate::ids;
-use crate::store::{KeyPatch, KeyRecord, KeyStatus, Micros, Store};
-use chrono::{DateTime, SecondsFormat, Utc};
-use serde::{Deserialize, Deserializer};
+use crate::store::{KeyPatch, KeyRecord, KeyStatus, Store};
+use chrono::DateTime;
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 /// Create and update input. On update, an absent field is left alone and `null` clears
@@ -45,15 +48,6 @@ const KEY_FIELDS: &[&str] = &[
     "group",
 ];
 
-/// Distinguishes `"f": null` (Some(None)) from an absent field (None, via `default`).
-pub(crate) fn nullable<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
-}
-
 impl KeyInput {
     pub fn from_json(body: &[u8]) -> Result<KeyInput, GatewayError> {
         let allowed: Vec<&str> = KEY_FIELDS.iter().chain(POLICY_FIELDS).copied().collect();
@@ -75,17 +69,7 @@ impl KeyInput {
             }
             p.models = Some(models.clone());
         }
-        if let Some(q) = self.quota_usd {
-            p.quota_limit = Some(match q {
-                None => None,
-                Some(usd) => Some(usd_to_micros(usd).ok_or_else(|| {
-                    bad(
-                        "quota_usd",
-                        "`quota_usd` must be a non-negative number of USD",
-                    )
-                })?),
-            });
-        }
+        p.quota_limit = usd_field("quota_usd", self.quota_usd)?;
         if let Some(e) = &self.expires_at {
             p.expires_at = Some(match e {
                 None => None,
@@ -126,22 +110,6 @@ impl KeyInput {
     }
 }
 
-pub fn usd_to_micros(usd: f64) -> Option<Micros> {
-    (0.0..9e12)
-        .contains(&usd)
-        .then(|| (usd * 1_000_000.0).round() as Micros)
-}
-
-pub fn micros_to_usd(m: Micros) -> f64 {
-    m as f64 / 1_000_000.0
-}
-
-pub fn rfc3339(secs: i64) -> String {
-    DateTime::<Utc>::from_timestamp(secs, 0)
-        .unwrap_or_default()
-        .to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
 /// The public view of a key: never the secret or its hash.
 pub fn view(r: &KeyRecord) -> Value {
     let mut v = json!({
@@ -176,10 +144,6 @@ async fn check_group(store: &dyn Store, patch: &KeyPatch) -> Result<(), GatewayE
         }
     }
     Ok(())
-}
-
-pub fn store_err(e: crate::store::StoreError) -> GatewayError {
-    super::store_error(&e)
 }
 
 /// Creates a key; the secret is in the returned view's `key`, and nowhere else, ever.
@@ -280,12 +244,5 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.param(), Some("expires_at"));
         assert!(KeyInput::from_json(br#"{"quota": 1}"#).is_err());
-    }
-
-    #[test]
-    fn money_round_trip() {
-        assert_eq!(usd_to_micros(12.345678), Some(12_345_678));
-        assert_eq!(micros_to_usd(1_500_000), 1.5);
-        assert_eq!(usd_to_micros(-0.5), None);
     }
 }

@@ -1,7 +1,7 @@
 //! Endpoints answered by the gateway itself: model lists (spec 4.1, 4.2) and the
 //! caller's own usage and log (spec 7.1).
 
-use super::keys::{micros_to_usd, rfc3339};
+use super::fields::{micros_to_usd, rfc3339};
 use super::store_error;
 use crate::auth::{credentials, AuthKey};
 use crate::errors::GatewayError;

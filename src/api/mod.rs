@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod catalog;
 pub mod console;
+pub mod fields;
 pub mod groups;
 pub mod keys;
 pub mod local;

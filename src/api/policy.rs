@@ -2,13 +2,13 @@
 //! endpoint show them: the input fields keys and groups share, and the view of each
 //! limit with what is used and left in its current period.
 
-use super::keys::{micros_to_usd, nullable, rfc3339, usd_to_micros};
+use super::fields::{bad, micros_to_usd, nullable, rfc3339, usd_field};
 use super::store_error;
 use crate::billing::Calendar;
 use crate::errors::GatewayError;
 use crate::store::policy::{time_zone, valid_group_id};
 use crate::store::{
-    KeyRecord, KeyStatus, Micros, PeriodKind, Periods, Policy, PolicyPatch, Scope, Standing, Store,
+    KeyRecord, Micros, PeriodKind, Periods, Policy, PolicyPatch, Scope, Standing, Store,
 };
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -40,78 +40,6 @@ pub const POLICY_FIELDS: &[&str] = &[
     "time_zone",
 ];
 
-pub(crate) fn bad(param: &str, msg: impl Into<String>) -> GatewayError {
-    GatewayError::bad_request(Some(param), msg)
-}
-
-/// The `name` and `status` fields keys and groups share, checked.
-pub(crate) fn name_and_status(
-    name: &Option<String>,
-    status: &Option<String>,
-) -> Result<(Option<String>, Option<KeyStatus>), GatewayError> {
-    if name.as_ref().is_some_and(|n| n.len() > 200) {
-        return Err(bad("name", "`name` must be at most 200 characters"));
-    }
-    let status = status
-        .as_deref()
-        .map(|s| {
-            KeyStatus::parse(s)
-                .ok_or_else(|| bad("status", "`status` must be `enabled` or `disabled`"))
-        })
-        .transpose()?;
-    Ok((name.clone(), status))
-}
-
-/// Parses a JSON object whose fields must all be in `allowed` (an unknown field is
-/// named in the 400 rather than ignored).
-pub fn parse_object<T: for<'de> Deserialize<'de> + Default>(
-    body: &[u8],
-    what: &str,
-    allowed: &[&str],
-) -> Result<T, GatewayError> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    let invalid = |e: serde_json::Error| {
-        let msg = e.to_string();
-        // serde names the offending field in its message; surface it as `param`.
-        let param = msg.split('`').nth(1).map(str::to_string);
-        GatewayError::BadRequest {
-            param,
-            message: format!("Invalid {what} JSON: {msg}"),
-        }
-    };
-    let v: Value = serde_json::from_slice(body).map_err(invalid)?;
-    let Some(obj) = v.as_object() else {
-        return Err(GatewayError::bad_request(
-            None,
-            format!("Invalid {what} JSON: expected an object"),
-        ));
-    };
-    if let Some(unknown) = obj.keys().find(|k| !allowed.contains(&k.as_str())) {
-        return Err(bad(
-            unknown,
-            format!("Invalid {what} JSON: unknown field `{unknown}`"),
-        ));
-    }
-    serde_json::from_value(v).map_err(invalid)
-}
-
-fn money(param: &str, v: Option<Option<f64>>) -> Result<Option<Option<Micros>>, GatewayError> {
-    v.map(|o| {
-        o.map(|usd| {
-            usd_to_micros(usd).ok_or_else(|| {
-                bad(
-                    param,
-                    format!("`{param}` must be a non-negative number of USD"),
-                )
-            })
-        })
-        .transpose()
-    })
-    .transpose()
-}
-
 impl PolicyInput {
     pub fn to_patch(&self) -> Result<PolicyPatch, GatewayError> {
         if self.tpm == Some(Some(0)) {
@@ -134,9 +62,9 @@ impl PolicyInput {
             }
         }
         Ok(PolicyPatch {
-            budget_day: money("budget_day_usd", self.budget_day_usd)?,
-            budget_week: money("budget_week_usd", self.budget_week_usd)?,
-            budget_month: money("budget_month_usd", self.budget_month_usd)?,
+            budget_day: usd_field("budget_day_usd", self.budget_day_usd)?,
+            budget_week: usd_field("budget_week_usd", self.budget_week_usd)?,
+            budget_month: usd_field("budget_month_usd", self.budget_month_usd)?,
             tpm: self.tpm,
             max_concurrent: self.max_concurrent,
             time_zone: self.time_zone.clone(),
@@ -268,6 +196,7 @@ pub async fn key_limits(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::fields::parse_object;
 
     #[test]
     fn policy_fields_validate_and_name_the_field() {

@@ -2,7 +2,7 @@
 //! (the record of one request, by the id every response and error message carries:
 //! spec 7, "the ID can be found in the console").
 
-use super::keys::{micros_to_usd, store_err};
+use super::fields::{micros_to_usd, store_err};
 use super::params::Answer;
 use super::params::{Params, FILTERS};
 use crate::gateway::Gateway;

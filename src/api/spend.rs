@@ -3,7 +3,7 @@
 //! ([`crate::store::usage_query`]); this shapes the sums for a chart: every bucket of the
 //! range is present (zero when nothing happened), series are ordered by cost.
 
-use super::keys::{micros_to_usd, rfc3339, store_err};
+use super::fields::{micros_to_usd, rfc3339, store_err};
 use super::params::Answer;
 use super::params::{Params, FILTERS};
 use crate::errors::GatewayError;
