@@ -6,40 +6,17 @@
 //! `param`; the usage endpoint's figures.
 
 use crate::gateway::{chat, error_of, StoreKind, TestGateway};
-use crate::mock_upstream::{openai, MockUpstream, Reply};
+use crate::mock_upstream::MockUpstream;
+use crate::quota::honest_upstream_after;
 use crate::redis_server::RedisServer;
 use model_gateway::billing::input_token_bound;
 use reqwest::Method;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-/// Honours the request's output limit (else 100 output tokens), after `delay`.
-async fn upstream(delay: Duration) -> MockUpstream {
-    MockUpstream::start(move |r| {
-        let b = r.json();
-        let limit = b["max_completion_tokens"]
-            .as_u64()
-            .or(b["max_tokens"].as_u64())
-            .unwrap_or(u64::MAX);
-        let reply = Reply::json(
-            200,
-            openai::completion("m", "x", openai::usage(10, limit.min(100), 0)),
-        );
-        if delay.is_zero() {
-            reply
-        } else {
-            Reply::Delayed(delay, Box::new(reply))
-        }
-    })
-    .await
-}
-
-/// 1 micro-USD per input token, 2 per output token: an answer of 10 + 100 tokens costs
-/// 210 micro-USD.
+/// The quota tests' channel and prices, with `extra` configuration.
 fn config(base: &str, extra: &str) -> String {
-    format!(
-        "channels:\n  - {{ name: c, protocol: openai, base_url: \"{base}\", models: [m] }}\nprices:\n  m: {{ input: 1.0, output: 2.0 }}\n{extra}"
-    )
+    format!("{}{extra}", crate::quota::config(base))
 }
 
 const COST: i64 = 210;
@@ -79,7 +56,7 @@ struct Env {
 }
 
 async fn env(setup: Setup, delay: Duration, extra: &str) -> Env {
-    let up = upstream(delay).await;
+    let up = honest_upstream_after(delay).await;
     let cfg = config(&up.base_url(), extra);
     match setup {
         Setup::Embedded => Env {

@@ -4,23 +4,36 @@ use crate::gateway::{chat, error_of, StoreKind, TestGateway};
 use crate::mock_upstream::{openai, MockUpstream, Reply};
 use crate::redis_server::RedisServer;
 use serde_json::{json, Value};
+use std::time::Duration;
 
 /// An upstream that honours the request's output limit, as real ones do, and otherwise
 /// answers with 100 output tokens.
-async fn honest_upstream() -> MockUpstream {
-    MockUpstream::start(|r| {
+pub(crate) async fn honest_upstream() -> MockUpstream {
+    honest_upstream_after(Duration::ZERO).await
+}
+
+/// [`honest_upstream`], answering each request after `delay`.
+pub(crate) async fn honest_upstream_after(delay: Duration) -> MockUpstream {
+    MockUpstream::start(move |r| {
         let b = r.json();
         let limit = b["max_completion_tokens"]
             .as_u64()
             .or(b["max_tokens"].as_u64())
             .unwrap_or(u64::MAX);
         let out = limit.min(100);
-        Reply::json(200, openai::completion("m", "x", openai::usage(10, out, 0)))
+        let reply = Reply::json(200, openai::completion("m", "x", openai::usage(10, out, 0)));
+        if delay.is_zero() {
+            reply
+        } else {
+            Reply::Delayed(delay, Box::new(reply))
+        }
     })
     .await
 }
 
-fn config(base: &str) -> String {
+/// One channel serving model `m`, priced so an answer of 10 + 100 tokens costs 210
+/// micro-USD.
+pub(crate) fn config(base: &str) -> String {
     // 1 micro-USD per input token, 2 per output token.
     format!(
         "channels:\n  - {{ name: c, protocol: openai, base_url: \"{base}\", models: [m] }}\nprices:\n  m: {{ input: 1.0, output: 2.0 }}\n"
@@ -28,7 +41,7 @@ fn config(base: &str) -> String {
 }
 
 /// Fires `n` concurrent requests spread over the gateways; returns the statuses.
-async fn burst(gws: &[&TestGateway], key: &str, n: usize) -> Vec<u16> {
+pub(crate) async fn burst(gws: &[&TestGateway], key: &str, n: usize) -> Vec<u16> {
     let mut body = chat("m", false);
     body["max_tokens"] = json!(100);
     let mut tasks = Vec::new();

@@ -3,70 +3,11 @@
 //! whose leases serve most requests, on a single Redis and on the cluster. After each:
 //! charged ≤ cap, the usage records add up to the charge, one record per answer.
 
-use crate::gateway::{chat, error_of, StoreKind, TestGateway};
-use crate::mock_upstream::{openai, MockUpstream, Reply};
+use crate::gateway::{StoreKind, TestGateway};
+use crate::quota::{burst, config, honest_upstream};
 use crate::redis_server::{RedisCluster, RedisServer};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-/// Honours the request's output limit, as real upstreams do; else 100 output tokens.
-async fn honest_upstream() -> MockUpstream {
-    MockUpstream::start(|r| {
-        let b = r.json();
-        let limit = b["max_completion_tokens"]
-            .as_u64()
-            .or(b["max_tokens"].as_u64())
-            .unwrap_or(u64::MAX);
-        Reply::json(
-            200,
-            openai::completion("m", "x", openai::usage(10, limit.min(100), 0)),
-        )
-    })
-    .await
-}
-
-fn config(base: &str) -> String {
-    // 1 micro-USD per input token, 2 per output token.
-    format!(
-        "channels:\n  - {{ name: c, protocol: openai, base_url: \"{base}\", models: [m] }}\nprices:\n  m: {{ input: 1.0, output: 2.0 }}\n"
-    )
-}
-
-/// `n` concurrent requests spread over the gateways; their statuses.
-async fn burst(gws: &[&TestGateway], key: &str, n: usize) -> Vec<u16> {
-    let mut body = chat("m", false);
-    body["max_tokens"] = json!(100);
-    let mut tasks = Vec::new();
-    for i in 0..n {
-        let gw = gws[i % gws.len()];
-        let (http, url, key, body) = (
-            gw.http.clone(),
-            gw.url("/v1/chat/completions"),
-            key.to_string(),
-            body.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            let r = http
-                .post(url)
-                .bearer_auth(key)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
-            let s = r.status().as_u16();
-            let t = r.text().await.unwrap();
-            if s != 200 {
-                assert_eq!(error_of(&t)["code"], "insufficient_quota", "{t}");
-            }
-            s
-        }));
-    }
-    let mut out = Vec::new();
-    for t in tasks {
-        out.push(t.await.unwrap());
-    }
-    out
-}
 
 /// Both invariants, read through each gateway once every answer has its record (what a
 /// gateway settled is sent before it answers a read). At most 1,000 records are read:
