@@ -1,6 +1,7 @@
 //! Key policy and groups on the embedded store: period budgets, tpm, concurrency, group
 //! limits, what settles and expiries release, and what survives a restart.
 
+use super::tests::key_record as key;
 use super::*;
 use crate::store::policy::{
     periods, GroupAsk, Limit, LimitKind, PeriodKind, Policy, PolicyPatch, Standing,
@@ -12,23 +13,11 @@ use jiff::tz::TimeZone;
 const AT: i64 = 1_795_514_400;
 const DAY: i64 = 86_400;
 
-fn key(id: &str, quota: Option<Micros>, group: Option<&str>, policy: Policy) -> KeyRecord {
-    KeyRecord {
-        id: id.into(),
-        hash: format!("{:0>64}", 7),
-        display: "sk-a…b".into(),
-        name: "t".into(),
-        status: KeyStatus::Enabled,
-        created_at: 0,
-        expires_at: None,
-        models: vec![],
-        allow_ips: vec![],
-        rpm: None,
-        quota_limit: quota,
-        quota_used: 0,
-        group: group.map(Into::into),
-        policy,
-    }
+/// A fresh store in its own directory (kept as long as the store is used).
+fn opened() -> (tempfile::TempDir, EmbeddedStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    (dir, s)
 }
 
 fn group(id: &str, quota: Option<Micros>, policy: Policy) -> GroupRecord {
@@ -110,8 +99,7 @@ fn usage(key_id: &str, rid: &str, prompt: u64, completion: u64, cost: Micros) ->
 
 #[tokio::test]
 async fn a_day_budget_refuses_once_spent_and_the_next_day_is_fresh() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     s.create_key(&key("k", None, None, day_budget(1_000)))
         .await
         .unwrap();
@@ -134,8 +122,7 @@ async fn a_day_budget_refuses_once_spent_and_the_next_day_is_fresh() {
 
 #[tokio::test]
 async fn the_grant_is_what_the_tightest_limit_leaves_and_the_first_short_one_refuses() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     let policy = Policy {
         budget_day: Some(200),
         budget_week: Some(500),
@@ -168,8 +155,7 @@ async fn the_grant_is_what_the_tightest_limit_leaves_and_the_first_short_one_ref
 
 #[tokio::test]
 async fn a_group_budget_is_shared_by_its_keys() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     s.create_group(&group("g", None, day_budget(1_000)))
         .await
         .unwrap();
@@ -201,8 +187,7 @@ async fn a_group_budget_is_shared_by_its_keys() {
 
 #[tokio::test]
 async fn a_group_lifetime_cap_binds_every_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     s.create_group(&group("g", Some(500), Policy::default()))
         .await
         .unwrap();
@@ -237,8 +222,7 @@ async fn a_group_lifetime_cap_binds_every_key() {
 
 #[tokio::test]
 async fn tpm_is_all_or_nothing_and_settles_to_the_real_count() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     let tpm = |n| Policy {
         tpm: Some(n),
         ..Policy::default()
@@ -295,8 +279,7 @@ async fn tpm_is_all_or_nothing_and_settles_to_the_real_count() {
 
 #[tokio::test]
 async fn max_concurrent_refuses_the_extra_one_and_frees_on_settle_and_expiry() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     let most = |n| Policy {
         max_concurrent: Some(n),
         ..Policy::default()
@@ -335,8 +318,7 @@ async fn max_concurrent_refuses_the_extra_one_and_frees_on_settle_and_expiry() {
 
 #[tokio::test]
 async fn more_money_for_a_request_in_flight_does_not_count_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     let one = Policy {
         max_concurrent: Some(1),
         ..Policy::default()
@@ -368,8 +350,7 @@ async fn more_money_for_a_request_in_flight_does_not_count_again() {
 
 #[tokio::test]
 async fn an_ask_naming_another_group_than_the_key_s_is_stale() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     for g in ["g", "h"] {
         s.create_group(&group(g, None, Policy::default()))
             .await
@@ -411,8 +392,7 @@ async fn an_ask_naming_another_group_than_the_key_s_is_stale() {
 
 #[tokio::test]
 async fn a_missing_or_disabled_group_refuses() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     s.create_key(&key("k", None, Some("g"), Policy::default()))
         .await
         .unwrap();
@@ -435,8 +415,7 @@ async fn a_missing_or_disabled_group_refuses() {
 
 #[tokio::test]
 async fn a_settle_after_expiry_charges_the_period_and_group_counters() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     s.create_group(&group("g", Some(10_000), day_budget(1_000)))
         .await
         .unwrap();
@@ -552,8 +531,7 @@ async fn a_settle_of_a_task_whose_account_is_not_loaded_charges_its_counters() {
 
 #[tokio::test]
 async fn reserve_and_settle_stay_idempotent_with_a_policy() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     let policy = Policy {
         budget_day: Some(1_000),
         tpm: Some(10_000),
@@ -592,8 +570,7 @@ async fn reserve_and_settle_stay_idempotent_with_a_policy() {
 
 #[tokio::test]
 async fn standing_reports_each_period_the_minute_and_requests_in_flight() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     assert_eq!(
         standing(&s, Scope::Key, "nobody", AT).await,
         Standing::default()
@@ -634,8 +611,7 @@ async fn standing_reports_each_period_the_minute_and_requests_in_flight() {
 
 #[tokio::test]
 async fn update_key_persists_group_and_policy_and_the_ledger_follows() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     s.create_key(&key("k", None, None, Policy::default()))
         .await
         .unwrap();
@@ -676,8 +652,7 @@ async fn update_key_persists_group_and_policy_and_the_ledger_follows() {
 
 #[tokio::test]
 async fn groups_are_created_once_listed_updated_and_deleted() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     let mut b = group("b", Some(10), day_budget(5));
     b.created_at = 1;
     s.create_group(&b).await.unwrap();
@@ -808,8 +783,7 @@ async fn a_burst_never_spends_past_a_key_or_group_budget() {
 
 #[tokio::test]
 async fn a_group_made_anew_starts_from_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let (_dir, s) = opened();
     s.create_group(&group("g", Some(1_000), day_budget(1_000)))
         .await
         .unwrap();

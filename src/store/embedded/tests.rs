@@ -3,6 +3,16 @@ use crate::store::{KeyStatus, SETTLED_KEEP_SECS};
 use std::time::Duration;
 
 fn key(id: &str, quota: Micros) -> KeyRecord {
+    key_record(id, Some(quota), None, Default::default())
+}
+
+/// An enabled key with this cap, group and policy (the policy tests' too).
+pub(super) fn key_record(
+    id: &str,
+    quota: Option<Micros>,
+    group: Option<&str>,
+    policy: crate::store::Policy,
+) -> KeyRecord {
     KeyRecord {
         id: id.into(),
         hash: format!("{:0>64}", 7),
@@ -14,10 +24,10 @@ fn key(id: &str, quota: Micros) -> KeyRecord {
         models: vec![],
         allow_ips: vec![],
         rpm: None,
-        quota_limit: Some(quota),
+        quota_limit: quota,
         quota_used: 0,
-        group: None,
-        policy: Default::default(),
+        group: group.map(Into::into),
+        policy,
     }
 }
 
