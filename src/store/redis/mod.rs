@@ -52,6 +52,8 @@
 //! effects, so `TIME` before a write is allowed.)
 
 mod conn;
+mod groups;
+mod hashes;
 mod lease;
 mod rate;
 mod records;
@@ -74,14 +76,12 @@ use conn::{done, key, log, map_err, rsv, rsva, seqs, Conn};
 use lease::Local;
 use redis::{Cmd, FromRedisValue};
 use scripts::Scripts;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use sync::{Leases, Settled};
 
 const LOG_MAX: usize = 10_000;
 const KEYS_SET: &str = "gw:keys";
-const GROUPS_SET: &str = "gw:groups";
 /// How long a reserve waits for other instances to give back what their leases hold.
 const WANTED_WAIT: Duration = Duration::from_millis(1500);
 
@@ -136,14 +136,6 @@ impl RedisStore {
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> StoreResult<T> {
         let mut c = self.conn.clone();
         cmd.query_async(&mut c).await.map_err(map_err)
-    }
-
-    async fn hgetall(&self, id: &str) -> StoreResult<Option<KeyRecord>> {
-        let h: HashMap<String, String> = self.query(redis::cmd("HGETALL").arg(key(id))).await?;
-        if h.is_empty() {
-            return Ok(None);
-        }
-        records::record(&h).map(Some)
     }
 
     fn cluster(&self) -> bool {
@@ -400,31 +392,6 @@ impl RedisStore {
         }
     }
 
-    /// Writes a new record's hash (refusing an existing one) and lists its id in `set`.
-    async fn create_record(
-        &self,
-        hash: String,
-        fields: Vec<(&'static str, String)>,
-        set: &str,
-        what: &str,
-        id: &str,
-    ) -> StoreResult<()> {
-        let mut inv = self.scripts.create.key(hash);
-        for (f, v) in fields {
-            if !v.is_empty() {
-                inv.arg(f).arg(v);
-            }
-        }
-        let created: i64 = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(map_err)?;
-        if created == 0 {
-            return Err(StoreError::Conflict(format!("{what} {id} exists")));
-        }
-        self.query::<()>(redis::cmd("SADD").arg(set).arg(id)).await
-    }
-
     /// Gives every lease back and sends every settled charge, waiting at most `within`.
     /// Afterwards every reserve is one script.
     pub async fn close_leases(&self, within: Duration) -> StoreResult<()> {
@@ -442,35 +409,20 @@ impl Store for RedisStore {
     async fn get_key(&self, id: &str) -> StoreResult<Option<KeyRecord>> {
         // What this instance settled is in the record it reads.
         self.leases.flush(&self.conn, &self.scripts, id).await?;
-        self.hgetall(id).await
+        self.read_record(key(id), records::record).await
     }
 
     async fn list_keys(&self) -> StoreResult<Vec<KeyRecord>> {
-        let ids: Vec<String> = self.query(redis::cmd("SMEMBERS").arg(KEYS_SET)).await?;
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(r) = self.hgetall(&id).await? {
-                out.push(r);
-            }
-        }
-        out.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-        Ok(out)
+        let read = |id: String| async move { self.read_record(key(&id), records::record).await };
+        self.read_all(KEYS_SET, read, |k| (k.created_at, &k.id))
+            .await
     }
 
     async fn update_key(&self, id: &str, patch: &KeyPatch) -> StoreResult<Option<KeyRecord>> {
-        let mut inv = self.scripts.update.key(key(id));
-        for (f, v) in records::patch_fields(patch) {
-            inv.arg(f).arg(v);
-        }
-        let v: Option<HashMap<String, String>> = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(map_err)?;
+        let fields = records::patch_fields(patch);
+        let updated = self.update_record(key(id), fields, records::record).await;
         self.leases.stale(id);
-        match v {
-            Some(h) if !h.is_empty() => records::record(&h).map(Some),
-            _ => Ok(None),
-        }
+        updated
     }
 
     async fn delete_key(&self, id: &str) -> StoreResult<bool> {
@@ -663,70 +615,26 @@ impl Store for RedisStore {
     }
 
     async fn create_group(&self, rec: &GroupRecord) -> StoreResult<()> {
-        let hash = scopes::group(&rec.id);
-        self.create_record(
-            hash,
-            records::group_fields(rec),
-            GROUPS_SET,
-            "group",
-            &rec.id,
-        )
-        .await
+        groups::create(self, rec).await
     }
 
     async fn get_group(&self, id: &str) -> StoreResult<Option<GroupRecord>> {
-        let h: HashMap<String, String> = self
-            .query(redis::cmd("HGETALL").arg(scopes::group(id)))
-            .await?;
-        if h.is_empty() {
-            return Ok(None);
-        }
-        records::group_record(&h).map(Some)
+        self.read_record(scopes::group(id), records::group_record)
+            .await
     }
 
     async fn list_groups(&self) -> StoreResult<Vec<GroupRecord>> {
-        let ids: Vec<String> = self.query(redis::cmd("SMEMBERS").arg(GROUPS_SET)).await?;
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(g) = self.get_group(&id).await? {
-                out.push(g);
-            }
-        }
-        out.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-        Ok(out)
+        groups::list(self).await
     }
 
     async fn update_group(&self, id: &str, patch: &GroupPatch) -> StoreResult<Option<GroupRecord>> {
-        let mut inv = self.scripts.update.key(scopes::group(id));
-        for (f, v) in records::group_patch_fields(patch) {
-            inv.arg(f).arg(v);
-        }
-        let v: Option<HashMap<String, String>> = inv
-            .invoke_async(&mut self.conn.clone())
+        let fields = records::group_patch_fields(patch);
+        self.update_record(scopes::group(id), fields, records::group_record)
             .await
-            .map_err(map_err)?;
-        match v {
-            Some(h) if !h.is_empty() => records::group_record(&h).map(Some),
-            _ => Ok(None),
-        }
     }
 
     async fn delete_group(&self, id: &str) -> StoreResult<bool> {
-        let tag = scopes::group_tag(id);
-        let n: i64 = self
-            .query(
-                redis::cmd("DEL")
-                    .arg(scopes::group(id))
-                    .arg(rsv(&tag))
-                    .arg(rsva(&tag))
-                    .arg(done(&tag))
-                    .arg(scopes::hold(&tag))
-                    .arg(scopes::kept(&tag)),
-            )
-            .await?;
-        self.query::<()>(redis::cmd("SREM").arg(GROUPS_SET).arg(id))
-            .await?;
-        Ok(n > 0)
+        groups::delete(self, id).await
     }
 
     async fn standing(
@@ -736,31 +644,7 @@ impl Store for RedisStore {
         periods: &Periods,
         minute: i64,
     ) -> StoreResult<Standing> {
-        let (hash, tag) = match scope {
-            Scope::Key => (key(id), id.to_string()),
-            Scope::Group => (scopes::group(id), scopes::group_tag(id)),
-        };
-        let v: Vec<i64> = self
-            .scripts
-            .standing
-            .key(hash)
-            .key(rsv(&tag))
-            .key(rsva(&tag))
-            .key(scopes::counter(&tag, &periods.day.label()))
-            .key(scopes::counter(&tag, &periods.week.label()))
-            .key(scopes::counter(&tag, &periods.month.label()))
-            .key(scopes::tokens(&tag, minute))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(map_err)?;
-        let at = |i: usize| v.get(i).copied().unwrap_or(0);
-        Ok(Standing {
-            day: at(0),
-            week: at(1),
-            month: at(2),
-            minute_tokens: at(3).max(0) as u64,
-            in_flight: at(4).clamp(0, u32::MAX as i64) as u32,
-        })
+        groups::standing(self, scope, id, periods, minute).await
     }
 
     async fn ping(&self) -> StoreResult<()> {
