@@ -1,7 +1,7 @@
 //! Groups in the embedded store: their rows, written by the writer thread and applied to
 //! the ledger once committed, and what a key's or a group's counters stand at.
 
-use super::ledger::GroupFigures;
+use super::figures::GroupFigures;
 use super::sql::{self, exec, internal};
 use super::EmbeddedStore;
 use crate::store::policy::{GroupPatch, GroupRecord, Periods, Scope, Standing};

@@ -31,12 +31,12 @@
 //! `reservations` table as well, with what they are on, and loaded when the store opens.
 
 use super::counters::Counters;
+use super::figures::{Detail, DurableHold, Figures, GroupFigures, On};
 use super::Clock;
 use crate::store::policy::{Ask, Limit, LimitKind, PeriodKind, Periods, Policy, Standing};
 use crate::store::recent::RecentIds;
 use crate::store::{KeyRecord, KeyStatus, Micros, Reservation, ReserveDenied, SETTLED_KEEP_SECS};
 use parking_lot::Mutex;
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -44,58 +44,6 @@ use std::sync::Arc;
 /// Reservations that must survive a restart: those of video tasks.
 pub fn durable(reservation_id: &str) -> bool {
     reservation_id.starts_with("task_")
-}
-
-/// What a key's reservations are checked against, as committed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Figures {
-    pub status: KeyStatus,
-    pub expires_at: Option<i64>,
-    pub limit: Option<Micros>,
-    pub used: Micros,
-    pub group: Option<String>,
-    pub policy: Policy,
-}
-
-/// What a group's share of a reservation is checked against, as committed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupFigures {
-    pub status: KeyStatus,
-    pub limit: Option<Micros>,
-    pub used: Micros,
-    pub policy: Policy,
-}
-
-/// The money counters a hold is on beyond its key's lifetime cap: the key's period
-/// labels (each with the second its period ends), its group and the group's labels.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct On {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub key: Vec<(String, i64)>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub group_periods: Vec<(String, i64)>,
-}
-
-/// What a task's reservation row keeps beyond its amount (`reservations.detail`, JSON).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Detail {
-    #[serde(default)]
-    pub tokens: u64,
-    #[serde(default)]
-    pub minute: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on: Option<On>,
-}
-
-/// A task's hold as read back from the `reservations` table.
-#[derive(Debug, Clone)]
-pub struct DurableHold {
-    pub id: String,
-    pub amount: Micros,
-    pub expires: i64,
-    pub detail: Detail,
 }
 
 #[derive(Debug, Clone)]

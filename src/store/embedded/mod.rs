@@ -30,6 +30,7 @@
 //! counters; the keys holding task reservations are loaded when the store opens.
 
 mod counters;
+mod figures;
 mod groups;
 mod ledger;
 mod readers;

@@ -1,7 +1,8 @@
 //! The embedded store's tables and the statements the writer and the readers share.
 
 use super::counters::STALE_PERIOD;
-use super::ledger::{durable, Detail, DurableHold, Figures, GroupFigures, Ledger, On};
+use super::figures::{Detail, DurableHold, Figures, GroupFigures, On};
+use super::ledger::{durable, Ledger};
 use crate::store::policy::{GroupRecord, Policy};
 use crate::store::{KeyRecord, KeyStatus, Micros, StoreError, StoreResult, SETTLED_KEEP_SECS};
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -475,17 +476,6 @@ pub fn get_group(conn: &Connection, id: &str) -> StoreResult<Option<GroupRecord>
 
 pub fn list_groups(conn: &Connection) -> StoreResult<Vec<GroupRecord>> {
     every(conn, GROUP_COLUMNS, "groups", group_from_row)
-}
-
-impl GroupFigures {
-    pub fn of(g: &GroupRecord) -> GroupFigures {
-        GroupFigures {
-            status: g.status,
-            limit: g.quota_limit,
-            used: g.quota_used,
-            policy: g.policy.clone(),
-        }
-    }
 }
 
 /// What a group's share of a reservation is checked against; `None` if it does not exist.
