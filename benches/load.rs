@@ -566,7 +566,7 @@ fn settings(p: &Plan, idle: &[usize], rounds: usize) -> Vec<String> {
         format!("Small chat: {} connections closed loop for {:?} per target (after a {:?} warm-up); open loop {:.0} req/s over {} connections for {:?}, latency from the intended send time.", p.closed_conns, p.closed, p.warmup, p.open_rate, p.open_conns, p.open),
         format!("Streaming throughput: {} concurrent streams for {:?} from an upstream that writes its {} events without pause (one write each). Paced streaming: {} concurrent streams for {:?}; each {} events ({} content events) {:?} apart.", p.flow_conns, p.flow, p.sse_events, p.stream_conns, p.stream, p.sse_events, upstream::pieces_in(p.sse_events), p.sse_interval),
         format!("1 MiB body: {} connections for {:?}; heap bytes counted by a counting global allocator, on only during this scenario.", p.big_conns, p.big),
-        format!("Idle streams: {idle:?} opened (256 at a time), held {:?}, then released; RSS is the whole process's (`/proc/self/status`), measured after `malloc_trim`. What a gateway holds beyond the passthrough is its growth less the passthrough's (Pingora's own buffers are the passthrough's cost), per stream.", p.idle_hold),
+        format!("Idle streams: {idle:?} opened (256 at a time), held {:?}, then released; RSS is the whole process's (`/proc/self/status`), measured after purging jemalloc's unused pages. What a gateway holds beyond the passthrough is its growth less the passthrough's (Pingora's own buffers are the passthrough's cost), per stream.", p.idle_hold),
         format!("Upstream latency: {:?}. The gateway's key has a quota and a model whitelist; every request is authenticated, reserved, settled and logged.", p.upstream_latency),
     ]
 }

@@ -2,11 +2,11 @@
 //! file descriptor limits, resident memory, heap bytes allocated (a counting allocator,
 //! on only while a scenario asks for it), precise sleeping.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Instant;
 
-/// The system allocator, counting the bytes asked for while [`count_allocations`] is on.
+/// The gateway's allocator (jemalloc), counting the bytes asked for while [`count_allocations`] is on.
 /// Off, it costs one relaxed load per allocation: the contended counter would otherwise
 /// tax every target (the gateway allocates more than the passthrough, so the tax would
 /// not be even).
@@ -23,8 +23,8 @@ unsafe impl GlobalAlloc for Counting {
             ALLOCATED.fetch_add(layout.size() as u64, Ordering::Relaxed);
             LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
         }
-        // SAFETY: forwarded as is to the system allocator.
-        unsafe { System.alloc(layout) }
+        // SAFETY: forwarded as is to the gateway's allocator.
+        unsafe { tikv_jemallocator::Jemalloc.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
@@ -32,8 +32,8 @@ unsafe impl GlobalAlloc for Counting {
             ALLOCATED.fetch_add(layout.size() as u64, Ordering::Relaxed);
             LIVE.fetch_add(layout.size() as i64, Ordering::Relaxed);
         }
-        // SAFETY: forwarded as is to the system allocator.
-        unsafe { System.alloc_zeroed(layout) }
+        // SAFETY: forwarded as is to the gateway's allocator.
+        unsafe { tikv_jemallocator::Jemalloc.alloc_zeroed(layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
@@ -42,16 +42,16 @@ unsafe impl GlobalAlloc for Counting {
             ALLOCATED.fetch_add(new_size as u64, Ordering::Relaxed);
             LIVE.fetch_add(new_size as i64 - layout.size() as i64, Ordering::Relaxed);
         }
-        // SAFETY: forwarded as is to the system allocator.
-        unsafe { System.realloc(ptr, layout, new_size) }
+        // SAFETY: forwarded as is to the gateway's allocator.
+        unsafe { tikv_jemallocator::Jemalloc.realloc(ptr, layout, new_size) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if COUNTING.load(Ordering::Relaxed) {
             LIVE.fetch_sub(layout.size() as i64, Ordering::Relaxed);
         }
-        // SAFETY: forwarded as is to the system allocator.
-        unsafe { System.dealloc(ptr, layout) }
+        // SAFETY: forwarded as is to the gateway's allocator.
+        unsafe { tikv_jemallocator::Jemalloc.dealloc(ptr, layout) }
     }
 }
 
@@ -115,11 +115,20 @@ pub fn parse_status_kb(text: &str, field: &str) -> Option<u64> {
 }
 
 /// Resident memory of the whole process, in bytes, after giving freed heap back to the
-/// system (so a scenario's figure is not hidden by memory an earlier one freed).
+/// system (so a scenario's figure is not hidden by memory an earlier one freed): every
+/// jemalloc arena's unused pages are purged at once, not after their decay time.
 pub fn rss_bytes_trimmed() -> u64 {
-    // SAFETY: malloc_trim only releases free memory at the top of glibc's heaps.
+    // `MALLCTL_ARENAS_ALL` (4096) names every arena.
+    let name = b"arena.4096.purge\0";
+    // SAFETY: a NUL-terminated control name that reads and writes nothing.
     unsafe {
-        libc::malloc_trim(0);
+        tikv_jemalloc_sys::mallctl(
+            name.as_ptr().cast(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            0,
+        );
     }
     status_kb("VmRSS") * 1024
 }
