@@ -157,6 +157,18 @@ pub(crate) fn with_model(mut body: Value, model: &str) -> Vec<u8> {
 }
 
 /// Same-protocol answers: the upstream body as a JSON object.
+/// An upstream's answer read one level deep (same-protocol answers are relayed from
+/// this: only the members the gateway changes are rewritten, the rest copied as sent).
+pub(crate) fn answer_shallow(body: &[u8]) -> Result<shallow::Shallow<'_>, TranslateError> {
+    match serde_json::from_slice::<shallow::Shallow<'_>>(body) {
+        Ok(top) => Ok(top),
+        Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() => {
+            Err(TranslateError::Shape("not an object"))
+        }
+        Err(_) => Err(TranslateError::NotJson),
+    }
+}
+
 pub(crate) fn answer_object(body: &[u8]) -> Result<Value, TranslateError> {
     let v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
     if v.is_object() {

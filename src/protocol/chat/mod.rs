@@ -247,19 +247,13 @@ pub fn passthrough_response(
     body: &[u8],
     client_model: &str,
 ) -> Result<(Vec<u8>, Usage), TranslateError> {
-    let mut v = super::answer_object(body)?;
-    let obj = v
-        .as_object_mut()
-        .ok_or(TranslateError::Shape("not an object"))?;
-    if !obj.contains_key("choices") {
+    let top = super::answer_shallow(body)?;
+    if !top.contains("choices") {
         return Err(TranslateError::Shape("no choices"));
     }
-    let usage = obj.get("usage").map(usage_of).unwrap_or_default();
-    obj.insert("model".into(), Value::String(client_model.to_string()));
-    Ok((
-        serde_json::to_vec(&v).map_err(|_| TranslateError::NotJson)?,
-        usage,
-    ))
+    let usage = top.value("usage").map(|u| usage_of(&u)).unwrap_or_default();
+    let model = Value::String(client_model.to_string()).to_string();
+    Ok((top.write(&[("model", &model)], 0), usage))
 }
 
 /// The terminal error event of a chat stream; the SDKs raise it as an API error.
@@ -271,6 +265,38 @@ pub fn error_event(message: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A same-protocol answer keeps every member as the upstream wrote it, in its order,
+    /// with the client's model name; its usage is read; what is not an answer is refused.
+    #[test]
+    fn a_chat_answer_is_relayed_as_written_with_the_clients_model() {
+        let body = br#"{"id":"c1","object":"chat.completion","model":"up-model","choices":[{"index":0,"message":{"role":"assistant","content":"h\u00e9 1.50"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":3,"prompt_tokens_details":{"cached_tokens":2},"completion_tokens_details":{"reasoning_tokens":1}},"x_extra":1.50}"#;
+        let (out, usage) = passthrough_response(body, "my \"model\"").unwrap();
+        let want = String::from_utf8(body.to_vec())
+            .unwrap()
+            .replace(r#""model":"up-model""#, r#""model":"my \"model\"""#);
+        assert_eq!(String::from_utf8(out).unwrap(), want);
+        let counted = (
+            usage.input_tokens,
+            usage.output_tokens,
+            usage.cached_input_tokens,
+            usage.reasoning_tokens,
+        );
+        assert_eq!(counted, (7, 3, 2, 1));
+        // No model in the answer: the client's is added.
+        let (out, _) = passthrough_response(br#"{"choices":[]}"#, "m").unwrap();
+        assert_eq!(out, br#"{"choices":[],"model":"m"}"#);
+        let refused = |body: &[u8]| passthrough_response(body, "m").err();
+        assert_eq!(refused(b"oops"), Some(TranslateError::NotJson));
+        assert_eq!(
+            refused(b"[1]"),
+            Some(TranslateError::Shape("not an object"))
+        );
+        assert_eq!(
+            refused(br#"{"error":{}}"#),
+            Some(TranslateError::Shape("no choices"))
+        );
+    }
 
     /// The shallow reading answers every body exactly as the parsed one does.
     #[test]
