@@ -163,12 +163,20 @@ impl<'a> Shallow<'a> {
     /// pass writes each name at its first place; both are hash lookups, never a scan of
     /// the members seen before.
     pub fn write(&self, changes: &[(&str, &str)], extra: usize) -> Vec<u8> {
+        self.rewrite(changes, &[], extra)
+    }
+
+    /// As [`Shallow::write`], without the members named in `drop`.
+    pub fn rewrite(&self, changes: &[(&str, &str)], drop: &[&str], extra: usize) -> Vec<u8> {
         let mut last: HashMap<&str, &str> = HashMap::with_capacity(self.members.len());
         for (k, v) in &self.members {
             last.insert(k, v.get());
         }
         for (n, v) in changes {
             last.insert(n, v);
+        }
+        for n in drop {
+            last.remove(n);
         }
         let mut out = Vec::with_capacity(
             self.members

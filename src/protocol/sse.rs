@@ -61,13 +61,19 @@ impl Event {
         if self.data.trim().is_empty() {
             return Ok(None);
         }
-        serde_json::from_str(&self.data).map(Some).map_err(|_| {
-            if self.cut {
-                Fault::Cut
-            } else {
-                Fault::NotJson
-            }
-        })
+        serde_json::from_str(&self.data)
+            .map(Some)
+            .map_err(|_| self.unreadable())
+    }
+
+    /// Why data that is not JSON could not be read: the stream was cut inside it, or
+    /// it is not JSON.
+    pub fn unreadable(&self) -> Fault {
+        if self.cut {
+            Fault::Cut
+        } else {
+            Fault::NotJson
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 //!   [`decoder`] (its answer, whole or streamed).
 
 mod decode;
+mod delivered;
 mod encode;
 mod from_ir;
 mod passthrough;

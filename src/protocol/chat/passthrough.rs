@@ -2,14 +2,19 @@
 //! name; the usage-only chunk is dropped unless the client asked for it. Usage is read
 //! on the way, after a fault too, for the bill.
 
-use super::response::reasoning_text;
+use super::delivered::choices_bytes;
 use super::{error_event, usage_of};
+use crate::protocol::shallow::Shallow;
 use crate::protocol::sse::{Decoder, Event};
 use crate::protocol::{StreamContext, StreamTranslator, Usage};
+use serde::de::IgnoredAny;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 pub struct Passthrough {
     ctx: StreamContext,
+    /// The client's model name as JSON text, written into every chunk that names one.
+    model: String,
     decoder: Decoder,
     events: Vec<Event>,
     usage: Usage,
@@ -21,6 +26,7 @@ pub struct Passthrough {
 impl Passthrough {
     pub fn new(ctx: StreamContext) -> Passthrough {
         Passthrough {
+            model: Value::String(ctx.client_model.clone()).to_string(),
             ctx,
             decoder: Decoder::new(),
             events: Vec::new(),
@@ -48,84 +54,84 @@ impl Passthrough {
                 // Nothing after the end marker means anything.
                 continue;
             }
-            if ev.fault.is_none() && ev.data.trim() == "[DONE]" {
+            if let Some(fault) = ev.fault {
+                // Half an event, bytes that are not text: the answer has a hole, so it
+                // ends here rather than go on as if complete.
+                self.fail(fault.message(), out);
+                continue;
+            }
+            let data = ev.data.trim();
+            if data == "[DONE]" {
                 if !self.failed {
                     out.extend_from_slice(b"data: [DONE]\n\n");
                 }
                 self.done = true;
                 continue;
             }
-            let mut v = match ev.json() {
-                Ok(Some(v)) => v,
-                Ok(None) => continue,
-                // Half an event, bytes that are not text: the answer has a hole, so it
-                // ends here rather than go on as if complete.
-                Err(fault) => {
-                    self.fail(fault.message(), out);
+            if data.is_empty() {
+                continue;
+            }
+            // Read one level deep: the chunk goes out as the upstream wrote it, with only
+            // `model` rewritten and `usage` left out when the client did not ask for it.
+            let top = match serde_json::from_str::<Shallow<'_>>(data) {
+                Ok(top) => top,
+                Err(_) if serde_json::from_str::<IgnoredAny>(data).is_ok() => {
+                    // JSON, not an object: nothing in it to read or change.
+                    if !self.failed {
+                        self.write(data.as_bytes(), out);
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    self.fail(ev.unreadable().message(), out);
                     continue;
                 }
             };
-            if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-                self.usage = usage_of(u);
+            let usage = top.get("usage").filter(|u| Shallow::is_object(u));
+            if let Some(u) = usage.and_then(|u| serde_json::from_str::<Value>(u.get()).ok()) {
+                self.usage = usage_of(&u);
             }
             if self.failed {
                 continue;
             }
-            if v.get("error").is_some_and(Value::is_object) {
+            if top.get("error").is_some_and(Shallow::is_object) {
                 // spec 7.2: the provider's own words never reach the client.
                 self.fail("The upstream provider reported an error mid-stream.", out);
                 continue;
             }
-            self.delivered += content_bytes(&v);
-            let usage_only = v
-                .get("choices")
-                .and_then(Value::as_array)
-                .is_some_and(Vec::is_empty)
-                && v.get("usage").is_some_and(Value::is_object);
+            let choices = top.get("choices");
+            self.delivered += choices.map_or(0, choices_bytes);
+            let usage_only = choices.is_some_and(is_empty_array) && usage.is_some();
             if usage_only && !self.ctx.client_wants_usage {
                 continue;
             }
-            if let Some(obj) = v.as_object_mut() {
-                if !self.ctx.client_wants_usage {
-                    obj.remove("usage");
-                }
-                if obj.get("model").and_then(Value::as_str) != Some(self.ctx.client_model.as_str())
-                    && obj.contains_key("model")
-                {
-                    obj.insert("model".into(), Value::String(self.ctx.client_model.clone()));
-                }
-            }
-            out.extend_from_slice(b"data: ");
-            out.extend_from_slice(v.to_string().as_bytes());
-            out.extend_from_slice(b"\n\n");
+            let set: &[(&str, &str)] = if top.contains("model") {
+                &[("model", &self.model)]
+            } else {
+                &[]
+            };
+            let drop: &[&str] = if self.ctx.client_wants_usage {
+                &[]
+            } else {
+                &["usage"]
+            };
+            let chunk = top.rewrite(set, drop, 0);
+            self.write(&chunk, out);
         }
+    }
+
+    fn write(&self, data: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(b"data: ");
+        out.extend_from_slice(data);
+        out.extend_from_slice(b"\n\n");
     }
 }
 
-/// The generated text of a chunk, every choice: content, refusal, reasoning and tool
-/// call arguments.
-fn content_bytes(chunk: &Value) -> u64 {
-    let Some(choices) = chunk.get("choices").and_then(Value::as_array) else {
-        return 0;
-    };
-    let len = |v: &Value| v.as_str().map_or(0, str::len) as u64;
-    let mut n = 0;
-    for c in choices {
-        let d = &c["delta"];
-        n += len(&d["content"]) + len(&d["refusal"]);
-        n += reasoning_text(d).map_or(0, str::len) as u64;
-        if let Some(parts) = d["content"].as_array() {
-            n += parts.iter().map(|p| len(&p["text"])).sum::<u64>();
-        }
-        if let Some(calls) = d["tool_calls"].as_array() {
-            n += calls
-                .iter()
-                .map(|t| len(&t["function"]["arguments"]))
-                .sum::<u64>();
-        }
-        n += len(&d["function_call"]["arguments"]);
-    }
-    n
+/// `[]`, with any whitespace inside.
+fn is_empty_array(v: &RawValue) -> bool {
+    v.get()
+        .strip_prefix('[')
+        .is_some_and(|rest| rest.trim_start().starts_with(']'))
 }
 
 impl StreamTranslator for Passthrough {
@@ -201,6 +207,34 @@ mod tests {
             let (out, _) = run(true, step, STREAM);
             assert!(out.contains("\"usage\""));
         }
+    }
+
+    #[test]
+    fn a_chunk_leaves_as_written_but_for_model_and_usage() {
+        let input = concat!(
+            "data: {\"id\": \"c1\", \"model\": \"up\", \"choices\": [{\"delta\": {\"content\": \"caf\\u00e9\"}}], \"usage\": {\"prompt_tokens\": 4}}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n",
+            "data: 7\n\n",
+            "data: [DONE]\n\n"
+        );
+        let (out, usage) = run(false, 3, input);
+        assert_eq!(
+            out,
+            concat!(
+                "data: {\"id\":\"c1\",\"model\":\"gpt-4o\",\"choices\":[{\"delta\": {\"content\": \"caf\\u00e9\"}}]}\n\n",
+                "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n",
+                "data: 7\n\n",
+                "data: [DONE]\n\n"
+            )
+        );
+        assert_eq!(usage.input_tokens, 4);
+        let mut t = Passthrough::new(ctx(false));
+        let mut out = Vec::new();
+        t.feed(input.as_bytes(), &mut out);
+        // "café" and "x": the bytes of text delivered.
+        assert_eq!(t.delivered_bytes(), 6);
+        let (out, _) = run(false, 4, "data: {\"choices\": [\n\n");
+        assert!(out.contains("could not be read"), "{out}");
     }
 
     #[test]
