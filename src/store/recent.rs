@@ -56,6 +56,13 @@ impl RecentIds {
         self.current.insert(h);
     }
 
+    /// Forgets an id (a settle that did not commit).
+    pub fn remove(&mut self, key_id: &str, id: &str) {
+        let h = self.hash(key_id, id);
+        self.current.remove(&h);
+        self.previous.remove(&h);
+    }
+
     pub fn contains(&self, key_id: &str, id: &str) -> bool {
         let h = self.hash(key_id, id);
         self.current.contains(&h) || self.previous.contains(&h)

@@ -438,6 +438,25 @@ impl Ledger {
         Some(true)
     }
 
+    /// Claims the settle of a request's id, on the writer, in the order settles commit:
+    /// `true` for the first settle of an id, `false` for one settled (or claimed)
+    /// within the last 15 to 30 minutes, longer than any settle is retried. A request's
+    /// hold and its guard never outlive the process, so this replaces a durable row; an
+    /// id whose settle does not commit is given back with [`Ledger::unclaim`].
+    pub fn claim(&self, key_id: &str, rid: &str) -> bool {
+        let mut b = self.books.lock();
+        if b.settled.contains(key_id, rid) {
+            return false;
+        }
+        b.settled.insert(key_id, rid);
+        true
+    }
+
+    /// Gives back a claim whose settle did not commit: a retry settles it.
+    pub fn unclaim(&self, key_id: &str, rid: &str) {
+        self.books.lock().settled.remove(key_id, rid);
+    }
+
     /// Applies a committed settle: `first` when this call wrote the charge, `false` for
     /// a settle of an id settled before (its hold, if any, goes; nothing is charged).
     /// `on` is what the settle charged beyond the lifetime cap (read from this ledger or

@@ -14,11 +14,15 @@
 //! and `busy_timeout` handle that, and the writer re-reads the accounts it holds in memory
 //! when another process has committed (within [`writer`]'s idle check, 0.25 s).
 //!
-//! Settling is exactly once: the `settled` table holds a row per settled (or released)
-//! reservation id, written in the same savepoint as the charge and the usage record, so
-//! a settle retried after a cancelled or failed call changes nothing. Rows older than
-//! [`super::SETTLED_KEEP_SECS`] are pruned as usage rows are, a batch every `PRUNE_EVERY`
-//! settles. Time is the store's own clock, never a caller's.
+//! Settling is exactly once, so a settle retried after a cancelled or failed call
+//! changes nothing. A video task's reservation id gets a row in the `settled` table,
+//! written in the same savepoint as the charge and the usage record (its settle may come
+//! after a restart); rows older than [`super::SETTLED_KEEP_SECS`] are pruned as usage
+//! rows are, a batch every `PRUNE_EVERY` settles. A request's id is claimed in memory on
+//! the writer instead ([`ledger::Ledger::claim`]) and given back if its commit fails: its
+//! hold and its guard never outlive the process, and a row per request (kept a day)
+//! would cost two index writes a request and grow by the request rate. Time is the
+//! store's own clock, never a caller's.
 //!
 //! Key policies and groups: a key's `group_id` and `policy` (JSON) are columns of `keys`
 //! (added to an older database when it opens), groups have a table of their own, and
@@ -49,7 +53,7 @@ use ledger::{durable, Decision, Ledger};
 use parking_lot::Mutex;
 use readers::Readers;
 use rusqlite::{params, Connection};
-use sql::{exec, in_savepoint, internal, json_list};
+use sql::{exec, in_savepoint, internal, json_list, Once};
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -364,15 +368,35 @@ impl EmbeddedStore {
                     None if durable(&rid) => sql::hold_detail(c, &rid)?.and_then(|d| d.on),
                     on => on,
                 };
-                let first = sql::settle_hold_in(c, now, prune, &key_id, &rid, actual, on.as_ref())?;
-                if let (true, Some((k, text, prune))) = (first, usage) {
-                    sql::usage_in(c, &k, &text, prune)?;
+                // A task's id is settled once by its row; a request's in memory.
+                let once = if durable(&rid) {
+                    Once::Row
+                } else {
+                    Once::Decided(reader.claim(&key_id, &rid))
+                };
+                let written =
+                    sql::settle_hold_in(c, now, prune, &key_id, &rid, actual, on.as_ref(), once)
+                        .and_then(|first| match (first, usage) {
+                            (true, Some((k, text, prune))) => {
+                                sql::usage_in(c, &k, &text, prune).map(|_| first)
+                            }
+                            _ => Ok(first),
+                        });
+                match written {
+                    Ok(first) => Ok((key_id, rid, first, on)),
+                    Err(e) => {
+                        if once == Once::Decided(true) {
+                            reader.unclaim(&key_id, &rid);
+                        }
+                        Err(e)
+                    }
                 }
-                Ok((key_id, rid, first, on))
             },
             move |committed, (key_id, rid, first, on)| {
                 if committed {
                     ledger.settled(key_id, rid, actual, *first, on.as_ref(), tokens);
+                } else if *first && !durable(rid) {
+                    ledger.unclaim(key_id, rid);
                 }
             },
         )

@@ -131,11 +131,22 @@ pub fn is_settled(c: &Connection, key_id: &str, reservation_id: &str) -> StoreRe
         .map_err(internal)
 }
 
-/// Settles once, inside the caller's savepoint: unless the reservation id already has a
-/// row in `settled`, adds `actual` (clamped at 0) to the key's `quota_used`, writes that
-/// row and drops a task reservation's row; returns whether it did. The hold in memory is
-/// released by the caller once this is committed. `prune` also drops tombstones older
-/// than [`SETTLED_KEEP_SECS`].
+/// How a settle knows it is the first of its reservation id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Once {
+    /// By the id's row in `settled`, written here: a task's id, whose settle may come
+    /// after a restart.
+    Row,
+    /// Decided by the caller in memory: a request's id, whose hold and guard never
+    /// outlive the process (so no row is written for it).
+    Decided(bool),
+}
+
+/// Settles once, inside the caller's savepoint: unless the reservation id was settled
+/// before (see [`Once`]), adds `actual` (clamped at 0) to the key's `quota_used`, drops a
+/// task reservation's row and returns `true`. The hold in memory is released by the
+/// caller once this is committed. `prune` also drops tombstones older than
+/// [`SETTLED_KEEP_SECS`].
 pub fn settle_in(
     c: &Connection,
     now: i64,
@@ -143,14 +154,20 @@ pub fn settle_in(
     key_id: &str,
     reservation_id: &str,
     actual: Micros,
+    once: Once,
 ) -> StoreResult<bool> {
-    let first = exec(
-        c,
-        "INSERT OR IGNORE INTO settled (key_id, id, at) VALUES (?1, ?2, ?3)",
-        params![key_id, reservation_id, now],
-    )
-    .map_err(internal)?
-        > 0;
+    let first = match once {
+        Once::Decided(first) => first,
+        Once::Row => {
+            exec(
+                c,
+                "INSERT OR IGNORE INTO settled (key_id, id, at) VALUES (?1, ?2, ?3)",
+                params![key_id, reservation_id, now],
+            )
+            .map_err(internal)?
+                > 0
+        }
+    };
     if !first {
         return Ok(false);
     }
@@ -220,8 +237,9 @@ pub fn settle_hold_in(
     reservation_id: &str,
     actual: Micros,
     on: Option<&On>,
+    once: Once,
 ) -> StoreResult<bool> {
-    let first = settle_in(c, now, prune, key_id, reservation_id, actual)?;
+    let first = settle_in(c, now, prune, key_id, reservation_id, actual, once)?;
     let actual = actual.max(0);
     let Some(on) = on.filter(|_| first && actual > 0) else {
         return Ok(first);

@@ -6,7 +6,7 @@
 //! time: a claim's select and update, or a finish's update, settle and usage insert, are
 //! atomic and durable when they return. Reads of a task go to the read connections.
 
-use super::sql::{exec, hold_detail, internal, settle_hold_in, usage_in};
+use super::sql::{exec, hold_detail, internal, settle_hold_in, usage_in, Once};
 use super::EmbeddedStore;
 use crate::store::tasks::{TaskRecord, TaskRef, TaskStore};
 use crate::store::{StoreError, StoreResult, UsageRecord};
@@ -177,7 +177,16 @@ impl TaskStore for EmbeddedStore {
                     Some(on) => Some(on),
                     None => hold_detail(c, &id)?.and_then(|d| d.on),
                 };
-                let first = settle_hold_in(c, now, prune_settled, &key_id, &id, cost, on.as_ref())?;
+                let first = settle_hold_in(
+                    c,
+                    now,
+                    prune_settled,
+                    &key_id,
+                    &id,
+                    cost,
+                    on.as_ref(),
+                    Once::Row,
+                )?;
                 usage_in(c, &usage_key, &usage_text, prune)?;
                 Ok(Some((key_id, id, first, on)))
             },
