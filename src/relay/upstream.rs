@@ -202,11 +202,53 @@ async fn send(
     header: RequestHeader,
     out: &Outgoing<'_>,
 ) -> pingora::Result<()> {
+    let _cork = (out.method != "GET").then(|| Cork::on(http));
     http.write_request_header(Box::new(header)).await?;
     if out.method != "GET" {
         http.write_request_body(out.body.clone(), true).await?;
     }
     http.finish_request_body().await
+}
+
+/// Holds an HTTP/1 upstream connection's output while a request's header and body are
+/// written (`TCP_CORK`), so both leave in one segment: the header's write would otherwise
+/// go out alone, and the upstream would wake for it and again for the body. Released
+/// when dropped, on every path (an error, a cancelled request), which sends what is held.
+struct Cork(Option<i32>);
+
+impl Cork {
+    fn on(http: &HttpSession) -> Cork {
+        let HttpSession::H1(h1) = http else {
+            return Cork(None);
+        };
+        // A Pingora stream's id is its socket's descriptor (TLS streams give their TCP one).
+        let fd = h1.stream().id();
+        Cork(set_cork(fd, true).then_some(fd))
+    }
+}
+
+impl Drop for Cork {
+    fn drop(&mut self) {
+        if let Some(fd) = self.0 {
+            set_cork(fd, false);
+        }
+    }
+}
+
+/// Sets `TCP_CORK`; `false` where it cannot be set (not a TCP socket).
+fn set_cork(fd: i32, on: bool) -> bool {
+    let v: libc::c_int = on.into();
+    // SAFETY: a plain integer option on a descriptor the session owns and keeps open for
+    // the whole call; an invalid one only makes setsockopt fail.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CORK,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
 }
 
 fn request_header(
