@@ -11,6 +11,7 @@
 //!   and the same usage record; the store's settle is idempotent by reservation id, so a
 //!   retry after a lost reply charges and logs nothing twice.
 
+use super::keeper::{self, Kept};
 use crate::store::{Ask, Micros, Reservation, ReserveDenied, Store, StoreResult, UsageRecord};
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,42 +95,14 @@ pub struct ReservationGuard {
     charge_on_drop: Micros,
     /// The settle being awaited: what a cancelled call leaves for `Drop` to retry.
     in_flight: Option<(Micros, Option<UsageRecord>)>,
-    keep_alive: Option<KeepAlive>,
-}
-
-/// The task that extends a hold while its guard (or the guard's settle retry) lives.
-struct KeepAlive(tokio::task::JoinHandle<()>);
-
-impl Drop for KeepAlive {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-impl KeepAlive {
-    /// Extends `r` by `ttl_secs` every third of it, until dropped. `None` outside a tokio
-    /// runtime (nothing can run it there; the TTL then applies as it is).
-    fn start(store: Arc<dyn Store>, r: Reservation, ttl_secs: u64) -> Option<KeepAlive> {
-        let handle = tokio::runtime::Handle::try_current().ok()?;
-        let every = Duration::from_millis((ttl_secs.saturating_mul(1000) / 3).max(100));
-        Some(KeepAlive(handle.spawn(async move {
-            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                if let Err(e) = store.extend(&r, ttl_secs).await {
-                    tracing::warn!(reservation = %r.id, error = %e, "hold not extended");
-                }
-            }
-        })))
-    }
+    keep_alive: Option<Kept>,
 }
 
 impl ReservationGuard {
     /// Takes charge of a granted reservation and keeps it alive `ttl_secs` at a time (pass
     /// the TTL it was reserved with).
     pub fn new(store: Arc<dyn Store>, reservation: Reservation, ttl_secs: u64) -> ReservationGuard {
-        let keep_alive = KeepAlive::start(store.clone(), reservation.clone(), ttl_secs);
+        let keep_alive = keeper::keep(store.clone(), reservation.clone(), ttl_secs);
         ReservationGuard {
             store,
             reservation: Some(reservation),
@@ -220,7 +193,7 @@ fn spawn_retry(
     r: Reservation,
     actual: Micros,
     usage: Option<UsageRecord>,
-    keep_alive: Option<KeepAlive>,
+    keep_alive: Option<Kept>,
 ) {
     let Ok(handle) = tokio::runtime::Handle::try_current() else {
         tracing::error!(reservation = %r.id, charge = actual, "no runtime to settle on; the reservation will expire");

@@ -13,6 +13,7 @@
 
 pub mod calendar;
 mod guard;
+mod keeper;
 
 pub use calendar::{Calendar, Clock};
 pub use guard::{reserve, ReservationGuard, SettleOutcome};
