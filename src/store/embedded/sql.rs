@@ -7,9 +7,6 @@ use crate::store::policy::{GroupRecord, Policy};
 use crate::store::{KeyRecord, KeyStatus, Micros, StoreError, StoreResult, SETTLED_KEEP_SECS};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-/// Usage rows kept per key.
-pub const USAGE_PER_KEY: i64 = 10_000;
-
 pub const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS keys (
     id TEXT PRIMARY KEY, hash TEXT NOT NULL, display TEXT NOT NULL, name TEXT NOT NULL,
@@ -202,27 +199,6 @@ pub fn settle_in(
     )
     .map_err(internal)?;
     Ok(true)
-}
-
-/// Appends a usage record (JSON text) for a key, pruning the key's oldest rows when
-/// `prune` is set, inside the caller's savepoint.
-pub fn usage_in(c: &Connection, key_id: &str, text: &str, prune: bool) -> StoreResult<()> {
-    exec(
-        c,
-        "INSERT INTO usage (key_id, record) VALUES (?1, ?2)",
-        params![key_id, text],
-    )
-    .map_err(internal)?;
-    if prune {
-        exec(
-            c,
-            "DELETE FROM usage WHERE key_id = ?1 AND seq <= (
-               SELECT seq FROM usage WHERE key_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
-            params![key_id, USAGE_PER_KEY],
-        )
-        .map_err(internal)?;
-    }
-    Ok(())
 }
 
 /// Settles once (as [`settle_in`]) and, when this call charged, charges the counters the

@@ -6,7 +6,7 @@
 //! time: a claim's select and update, or a finish's update, settle and usage insert, are
 //! atomic and durable when they return. Reads of a task go to the read connections.
 
-use super::sql::{exec, hold_detail, internal, settle_hold_in, usage_in, Once};
+use super::sql::{exec, hold_detail, internal, settle_hold_in, Once};
 use super::EmbeddedStore;
 use crate::store::tasks::{TaskRecord, TaskRef, TaskStore};
 use crate::store::{StoreError, StoreResult, UsageRecord};
@@ -154,7 +154,7 @@ impl TaskStore for EmbeddedStore {
         let (id, key_id, status, cost) = (t.id.clone(), t.key_id.clone(), t.status, t.cost);
         let usage_key = usage.key_id.clone();
         let tokens = usage.prompt_tokens.saturating_add(usage.completion_tokens);
-        let prune = self.prune_due();
+        let usage_rows = self.usage_rows.clone();
         let prune_settled = self.settle_prune_due();
         let now = self.clock.now();
         let ledger = self.ledger.clone();
@@ -187,7 +187,7 @@ impl TaskStore for EmbeddedStore {
                     on.as_ref(),
                     Once::Row,
                 )?;
-                usage_in(c, &usage_key, &usage_text, prune)?;
+                usage_rows.insert(c, &usage_key, &usage_text)?;
                 Ok(Some((key_id, id, first, on)))
             },
             move |committed, settled| {

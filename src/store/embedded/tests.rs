@@ -244,6 +244,32 @@ async fn concurrent_settles_share_commits() {
     assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 192);
 }
 
+/// A write that arrives alone commits on its caller's thread; one that arrives while a
+/// group is being committed waits for the writer thread, which takes it into the next.
+#[tokio::test]
+async fn a_lone_write_commits_on_its_own_thread_and_one_behind_a_group_queues() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let here = std::thread::current().id();
+    let on = |_: &Connection| Ok(std::thread::current());
+    let ran = s.write_plain(on, |_, _| {}).await.unwrap();
+    assert_eq!(ran.id(), here);
+    let (_, commits) = s.writer_counts();
+    let busy = s.writer.busy();
+    let mut write = Box::pin(s.write_plain(on, |_, _| {}));
+    let waiting = std::future::poll_fn(|cx| {
+        use std::future::Future;
+        std::task::Poll::Ready(write.as_mut().poll(cx).is_pending())
+    })
+    .await;
+    assert!(waiting, "committed while the connection was busy");
+    assert_eq!(s.writer_counts().1, commits);
+    drop(busy);
+    let ran = write.await.unwrap();
+    assert_eq!(ran.name(), Some("embedded-store"));
+    assert_eq!(s.writer_counts().1, commits + 1);
+}
+
 /// Another process (the CLI) disables a key and lowers its cap: the accounts the server
 /// holds in memory follow within the writer's idle check.
 #[tokio::test]

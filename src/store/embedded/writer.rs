@@ -1,10 +1,13 @@
-//! The one thread that writes: it owns the writing connection and commits in groups.
+//! The one writing connection, committed in groups by the writer thread, or by a request
+//! alone when jobs come too slowly to share commits.
 //!
-//! It takes the first queued job, drains whatever else is queued and, when jobs arrive
-//! fast enough that waiting pays, waits a little for more (see [`Pace`]), runs each job
-//! inside its own savepoint (one failing job undoes only itself), commits once, and only
-//! then answers every job and applies what they changed in memory. A caller that got an
-//! answer is durable against a process crash or `kill -9` (the WAL is written before the
+//! The writer thread takes the first queued job, drains whatever else is queued and, when
+//! jobs arrive fast enough that waiting pays, waits a little for more (see [`Pace`]), runs
+//! each job inside its own savepoint (one failing job undoes only itself), commits once,
+//! and only then answers every job and applies what they changed in memory. At low rates
+//! a request's settle does the same on its own thread ([`Writer::try_alone`]): the two
+//! thread hand-offs of the queue cost more than the commit. A caller that got an answer
+//! is durable against a process crash or `kill -9` (the WAL is written before the
 //! answer); with `synchronous=NORMAL`, an OS crash or power loss may lose the last
 //! transactions.
 //!
@@ -14,6 +17,7 @@
 use super::ledger::Ledger;
 use super::sql::{exec, figures, group_figures, internal};
 use crate::store::StoreError;
+use parking_lot::Mutex;
 use rusqlite::Connection;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -136,48 +140,73 @@ pub struct Counts {
     pub commits: AtomicU64,
 }
 
-pub fn run(conn: Connection, rx: Receiver<Job>, ledger: Arc<Ledger>, counts: Arc<Counts>) {
-    let mut pace = Pace::default();
-    let mut watch = Watch { version: None };
-    watch.changed(&conn);
-    loop {
-        let first = match rx.recv_timeout(IDLE_CHECK) {
-            Ok(j) => j,
-            Err(RecvTimeoutError::Timeout) => {
-                watch.refresh(&conn, &ledger);
-                continue;
-            }
-            Err(RecvTimeoutError::Disconnected) => return,
-        };
-        let started = Instant::now();
-        let mut batch = vec![first];
-        drain(&rx, &mut batch);
-        // No more settles can come than requests hold money: one request at a time
-        // never waits, whatever the rate.
-        let want = pace.want().min(ledger.live().max(1));
-        let deadline = started + WINDOW;
-        while batch.len() < want {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            // Sleeping, not blocking on the queue: senders then never wake this thread.
-            std::thread::sleep(pace.expected(want - batch.len()).min(deadline - now));
-            drain(&rx, &mut batch);
+/// The writing connection and what is known between its commits. Whoever commits holds it:
+/// the writer thread for a group, or a caller committing its own job (see
+/// [`Writer::try_alone`]).
+struct Desk {
+    conn: Connection,
+    pace: Pace,
+    watch: Watch,
+}
+
+pub struct Writer {
+    desk: Mutex<Desk>,
+    ledger: Arc<Ledger>,
+    pub counts: Counts,
+}
+
+impl Writer {
+    pub fn new(conn: Connection, ledger: Arc<Ledger>) -> Writer {
+        let mut watch = Watch { version: None };
+        watch.changed(&conn);
+        Writer {
+            desk: Mutex::new(Desk {
+                conn,
+                pace: Pace::default(),
+                watch,
+            }),
+            ledger,
+            counts: Counts::default(),
         }
-        pace.observe(batch.len(), started);
-        if let Err(e) = exec(&conn, "BEGIN IMMEDIATE", []) {
+    }
+
+    /// Commits `job` on the caller's thread when nothing else is being committed and jobs
+    /// come too slowly to share commits: the two thread hand-offs of the queue would then
+    /// be most of the job's wait. Gives the job back otherwise, for the queue.
+    pub fn try_alone(&self, job: Job) -> Result<(), Job> {
+        let Some(mut desk) = self.desk.try_lock() else {
+            return Err(job);
+        };
+        if desk.pace.want().min(self.ledger.live()) > 1 {
+            return Err(job);
+        }
+        desk.pace.observe(1, Instant::now());
+        self.commit(&mut desk, vec![job]);
+        Ok(())
+    }
+
+    /// Holds the connection as a group being committed does (for tests).
+    #[cfg(test)]
+    pub fn busy(&self) -> impl Drop + '_ {
+        self.desk.lock()
+    }
+
+    /// Runs every job of `batch` in one transaction, commits once, and only then answers
+    /// each job.
+    fn commit(&self, desk: &mut Desk, mut batch: Vec<Job>) {
+        let conn = &desk.conn;
+        if let Err(e) = exec(conn, "BEGIN IMMEDIATE", []) {
             // Dropping the jobs drops their reply channels: each caller gets an error.
             tracing::error!(error = %e, "embedded store cannot begin a transaction");
-            continue;
+            return;
         }
-        watch.refresh(&conn, &ledger);
+        desk.watch.refresh(conn, &self.ledger);
         batch.sort_by_key(|j| !j.early);
         let mut poisoned = false;
         let finishes: Vec<Finish> = batch
             .into_iter()
             .map(|job| {
-                let (finish, failed) = (job.run)(&conn);
+                let (finish, failed) = (job.run)(conn);
                 poisoned |= failed;
                 finish
             })
@@ -187,18 +216,53 @@ pub fn run(conn: Connection, rx: Receiver<Job>, ledger: Arc<Ledger>, counts: Arc
                 "a write of the group failed; the group was undone".into(),
             ))
         } else {
-            exec(&conn, "COMMIT", []).map_err(internal).err()
+            exec(conn, "COMMIT", []).map_err(internal).err()
         };
-        counts
+        self.counts
             .jobs
             .fetch_add(finishes.len() as u64, Ordering::Relaxed);
-        counts.commits.fetch_add(1, Ordering::Relaxed);
+        self.counts.commits.fetch_add(1, Ordering::Relaxed);
         if err.is_some() {
-            let _ = exec(&conn, "ROLLBACK", []);
+            let _ = exec(conn, "ROLLBACK", []);
         }
         for f in finishes {
             f(err.clone());
         }
+    }
+}
+
+/// The writer thread: takes the first queued job, holds the desk while it gathers a group
+/// (callers then queue rather than commit alone), and commits the group.
+pub fn run(w: Arc<Writer>, rx: Receiver<Job>) {
+    loop {
+        let first = match rx.recv_timeout(IDLE_CHECK) {
+            Ok(j) => j,
+            Err(RecvTimeoutError::Timeout) => {
+                let desk = &mut *w.desk.lock();
+                desk.watch.refresh(&desk.conn, &w.ledger);
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let mut desk = w.desk.lock();
+        let started = Instant::now();
+        let mut batch = vec![first];
+        drain(&rx, &mut batch);
+        // No more settles can come than requests hold money: one request at a time
+        // never waits, whatever the rate.
+        let want = desk.pace.want().min(w.ledger.live().max(1));
+        let deadline = started + WINDOW;
+        while batch.len() < want {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            // Sleeping, not blocking on the queue: senders then never wake this thread.
+            std::thread::sleep(desk.pace.expected(want - batch.len()).min(deadline - now));
+            drain(&rx, &mut batch);
+        }
+        desk.pace.observe(batch.len(), started);
+        w.commit(&mut desk, batch);
     }
 }
 
