@@ -185,8 +185,13 @@ impl KeyLease {
     /// them on a key without a lease make one worth taking.
     pub fn note_grant(&mut self, amount: Micros, now: Instant, opts: &LeaseOptions) {
         self.last_reserve = now;
-        if now.duration_since(self.window.0) >= opts.rate_window {
-            self.last_window = (self.window.1, self.window.2);
+        let age = now.duration_since(self.window.0);
+        if age >= opts.rate_window {
+            // The window before this one: the one that ends now, unless it ended long ago.
+            self.last_window = match age < opts.rate_window.saturating_mul(2) {
+                true => (self.window.1, self.window.2),
+                false => (0, 0),
+            };
             self.max_grant = 0;
             self.window = (now, 0, 0);
         }
@@ -195,12 +200,27 @@ impl KeyLease {
         self.max_grant = self.max_grant.max(amount);
     }
 
-    /// Whether an instance without a lease should take one now.
+    /// Whether an instance without a lease should take one now: the key is busy now (a
+    /// grant within `idle_after`, and enough of them within the last rate windows).
     pub fn wants_lease(&self, now: Instant, opts: &LeaseOptions) -> bool {
         opts.enabled
             && self.mode == Mode::Off
-            && self.window.1.max(self.last_window.0) >= opts.lease_after
+            && now.duration_since(self.last_reserve) < opts.idle_after
+            && self.recent_grants(now, opts) >= opts.lease_after
             && self.cooldown_until.is_none_or(|t| now >= t)
+    }
+
+    /// Grants in the current rate window and the one before, as seen at `now`: the
+    /// windows only roll over at a grant, so an idle key's counts are old ones.
+    fn recent_grants(&self, now: Instant, opts: &LeaseOptions) -> u32 {
+        let age = now.duration_since(self.window.0);
+        if age >= opts.rate_window.saturating_mul(2) {
+            0
+        } else if age >= opts.rate_window {
+            self.window.1
+        } else {
+            self.window.1.max(self.last_window.0)
+        }
     }
 
     fn purge(&mut self, now: Instant) {

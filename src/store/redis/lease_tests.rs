@@ -199,3 +199,30 @@ fn an_idle_lease_is_given_back() {
     let p = k.plan(0, later, false, &opts());
     assert_eq!((p.target, p.floor), (0, 0));
 }
+
+/// The rate windows roll over only at a grant: a key that was busy and went quiet must not
+/// keep asking for leases on its old counts (each would be taken and drained at once,
+/// two scripts a tick for as long as it stays quiet), nor take one for a lone request
+/// after the quiet.
+#[test]
+fn a_quiet_key_wants_no_lease_on_old_counts() {
+    let o = opts();
+    let t0 = Instant::now();
+    let mut k = KeyLease::new(t0);
+    for _ in 0..o.lease_after {
+        k.note_grant(100, t0, &o);
+    }
+    assert!(k.wants_lease(t0, &o));
+    let quiet = t0 + o.idle_after + o.rate_window * 2;
+    assert!(
+        !k.wants_lease(quiet, &o),
+        "quiet for longer than idle_after"
+    );
+    k.note_grant(100, quiet, &o);
+    assert!(!k.wants_lease(quiet, &o), "one request after the quiet");
+    // Busy again: as many grants as make a lease worth it, within a window.
+    for _ in 1..o.lease_after {
+        k.note_grant(100, quiet, &o);
+    }
+    assert!(k.wants_lease(quiet, &o));
+}
