@@ -111,8 +111,7 @@ impl EmbeddedStore {
         std::fs::create_dir_all(dir).map_err(internal)?;
         let db = dir.join("gateway.db");
         let conn = Connection::open(&db).map_err(internal)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(internal)?;
+        conn.busy_timeout(writer::BUSY_TIMEOUT).map_err(internal)?;
         // Checkpoints run on their own thread (below), not inside a request's COMMIT.
         conn.execute_batch(
             "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0; PRAGMA temp_store=MEMORY;",

@@ -270,6 +270,28 @@ async fn a_lone_write_commits_on_its_own_thread_and_one_behind_a_group_queues() 
     assert_eq!(s.writer_counts().1, commits + 1);
 }
 
+/// While another process holds the write lock (the CLI changing a key), a request's
+/// write does not wait for it on the request's thread: it queues, and the writer thread
+/// waits and commits it once the lock is free.
+#[tokio::test]
+async fn a_write_behind_another_process_s_lock_waits_on_the_writer_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = EmbeddedStore::open(dir.path()).unwrap();
+    let cli = Connection::open(dir.path().join("gateway.db")).unwrap();
+    cli.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let on = |_: &Connection| Ok(std::thread::current());
+    let mut write = Box::pin(s.write_plain(on, |_, _| {}));
+    let waiting = std::future::poll_fn(|cx| {
+        use std::future::Future;
+        std::task::Poll::Ready(write.as_mut().poll(cx).is_pending())
+    })
+    .await;
+    assert!(waiting, "the write finished on the request's thread");
+    cli.execute_batch("COMMIT").unwrap();
+    let ran = write.await.unwrap();
+    assert_eq!(ran.name(), Some("embedded-store"));
+}
+
 /// Another process (the CLI) disables a key and lowers its cap: the accounts the server
 /// holds in memory follow within the writer's idle check.
 #[tokio::test]

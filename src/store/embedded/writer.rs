@@ -37,6 +37,8 @@ pub struct Job {
     pub run: Run,
 }
 
+/// How long the writer waits for another process's write lock (the CLI's).
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Jobs one commit may carry.
 const MAX_GROUP: usize = 512;
 /// The longest a job waits for others to share its commit.
@@ -180,6 +182,15 @@ impl Writer {
         if desk.pace.want().min(self.ledger.live()) > 1 {
             return Err(job);
         }
+        // Never wait on a request's thread for another process's write lock (the CLI's):
+        // then the job queues, and the writer thread waits for it.
+        let conn = &desk.conn;
+        let _ = conn.busy_timeout(Duration::ZERO);
+        let begun = exec(conn, "BEGIN IMMEDIATE", []);
+        let _ = conn.busy_timeout(BUSY_TIMEOUT);
+        if begun.is_err() {
+            return Err(job);
+        }
         desk.pace.observe(1, Instant::now());
         self.commit(&mut desk, vec![job]);
         Ok(())
@@ -191,15 +202,10 @@ impl Writer {
         self.desk.lock()
     }
 
-    /// Runs every job of `batch` in one transaction, commits once, and only then answers
-    /// each job.
+    /// Runs every job of `batch` in the transaction begun, commits once, and only then
+    /// answers each job.
     fn commit(&self, desk: &mut Desk, mut batch: Vec<Job>) {
         let conn = &desk.conn;
-        if let Err(e) = exec(conn, "BEGIN IMMEDIATE", []) {
-            // Dropping the jobs drops their reply channels: each caller gets an error.
-            tracing::error!(error = %e, "embedded store cannot begin a transaction");
-            return;
-        }
         desk.watch.refresh(conn, &self.ledger);
         batch.sort_by_key(|j| !j.early);
         let mut poisoned = false;
@@ -262,6 +268,11 @@ pub fn run(w: Arc<Writer>, rx: Receiver<Job>) {
             drain(&rx, &mut batch);
         }
         desk.pace.observe(batch.len(), started);
+        if let Err(e) = exec(&desk.conn, "BEGIN IMMEDIATE", []) {
+            // Dropping the jobs drops their reply channels: each caller gets an error.
+            tracing::error!(error = %e, "embedded store cannot begin a transaction");
+            continue;
+        }
         w.commit(&mut desk, batch);
     }
 }
