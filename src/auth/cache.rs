@@ -194,22 +194,7 @@ mod tests {
     use crate::store::{KeyPatch, KeyStatus};
 
     fn rec(id: &str) -> KeyRecord {
-        KeyRecord {
-            id: id.into(),
-            hash: format!("{id:0>64}"),
-            display: "sk-a…b".into(),
-            name: "t".into(),
-            status: KeyStatus::Enabled,
-            created_at: 0,
-            expires_at: None,
-            models: vec![],
-            allow_ips: vec![],
-            rpm: None,
-            quota_limit: None,
-            quota_used: 0,
-            group: None,
-            policy: Default::default(),
-        }
+        KeyRecord::for_tests(id, format!("{id:0>64}"), None)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -115,25 +115,10 @@ fn is_kept(id: &str) -> bool {
 mod tests {
     use super::*;
     use crate::store::embedded::EmbeddedStore;
-    use crate::store::{KeyRecord, KeyStatus};
+    use crate::store::KeyRecord;
 
     fn key(id: &str, quota: i64) -> KeyRecord {
-        KeyRecord {
-            id: id.into(),
-            hash: format!("{:0>64}", 7),
-            display: "sk-a…b".into(),
-            name: "t".into(),
-            status: KeyStatus::Enabled,
-            created_at: 0,
-            expires_at: None,
-            models: vec![],
-            allow_ips: vec![],
-            rpm: None,
-            quota_limit: Some(quota),
-            quota_used: 0,
-            group: None,
-            policy: Default::default(),
-        }
+        KeyRecord::for_tests(id, format!("{:0>64}", 7), Some(quota))
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -156,7 +156,6 @@ pub(crate) fn with_model(mut body: Value, model: &str) -> Vec<u8> {
     serde_json::to_vec(&body).unwrap_or_default()
 }
 
-/// Same-protocol answers: the upstream body as a JSON object.
 /// An upstream's answer read one level deep (same-protocol answers are relayed from
 /// this: only the members the gateway changes are rewritten, the rest copied as sent).
 pub(crate) fn answer_shallow(body: &[u8]) -> Result<shallow::Shallow<'_>, TranslateError> {
@@ -169,6 +168,7 @@ pub(crate) fn answer_shallow(body: &[u8]) -> Result<shallow::Shallow<'_>, Transl
     }
 }
 
+/// Same-protocol answers: the upstream body as a JSON object.
 pub(crate) fn answer_object(body: &[u8]) -> Result<Value, TranslateError> {
     let v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
     if v.is_object() {

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 /// A member name: borrowed from the body unless it holds escapes.
-struct Name<'a>(Cow<'a, str>);
+pub(crate) struct Name<'a>(pub Cow<'a, str>);
 
 impl<'de> Deserialize<'de> for Name<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -87,6 +87,29 @@ pub struct KeyRecord {
     pub policy: Policy,
 }
 
+#[cfg(test)]
+impl KeyRecord {
+    /// An enabled key for unit tests: this id, hash and cap; no limits, group or policy.
+    pub(crate) fn for_tests(id: &str, hash: String, quota_limit: Option<Micros>) -> KeyRecord {
+        KeyRecord {
+            id: id.into(),
+            hash,
+            display: "sk-a…b".into(),
+            name: "t".into(),
+            status: KeyStatus::Enabled,
+            created_at: 0,
+            expires_at: None,
+            models: vec![],
+            allow_ips: vec![],
+            rpm: None,
+            quota_limit,
+            quota_used: 0,
+            group: None,
+            policy: Default::default(),
+        }
+    }
+}
+
 /// A partial update. `None` leaves a field as it is; `Some(None)` clears an optional field.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyPatch {

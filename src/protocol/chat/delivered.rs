@@ -4,9 +4,9 @@
 //! call arguments. A value of an unexpected type counts nothing and is never an error,
 //! as a lookup in a parsed tree would give.
 
+use crate::protocol::shallow::Name;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
-use std::borrow::Cow;
 use std::fmt;
 
 /// Bytes of generated text in a chunk's raw `choices` member.
@@ -76,28 +76,6 @@ macro_rules! skip_str {
             Ok($name::default())
         }
     };
-}
-
-/// A member name (borrowed unless it holds escapes).
-struct Key<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Key<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a member name")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(s)))
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(s.to_string())))
-            }
-        }
-        d.deserialize_str(V)
-    }
 }
 
 /// A string's length in bytes (after unescaping); `None` for anything else.
@@ -184,7 +162,7 @@ macro_rules! holder {
             skip_seq!($name);
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<$name, A::Error> {
                 let mut n = 0;
-                while let Some(k) = m.next_key::<Key>()? {
+                while let Some(k) = m.next_key::<Name>()? {
                     if k.0 == $field {
                         let v: $inner = m.next_value()?;
                         n += $count(&v);
@@ -237,7 +215,7 @@ lenient!(Delta, "a delta", {
     skip_seq!(Delta);
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Delta, A::Error> {
         let (mut n, mut reasoning_content, mut reasoning) = (0, None, None);
-        while let Some(k) = m.next_key::<Key>()? {
+        while let Some(k) = m.next_key::<Name>()? {
             match k.0.as_ref() {
                 "content" => n += m.next_value::<Content>()?.0,
                 "refusal" => n += m.next_value::<Text>()?.bytes(),

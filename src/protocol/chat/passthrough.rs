@@ -6,8 +6,7 @@ use super::delivered::choices_bytes;
 use super::{error_event, usage_of};
 use crate::protocol::shallow::Shallow;
 use crate::protocol::sse::{Decoder, Event};
-use crate::protocol::{StreamContext, StreamTranslator, Usage};
-use serde::de::IgnoredAny;
+use crate::protocol::{answer_shallow, StreamContext, StreamTranslator, TranslateError, Usage};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -73,9 +72,9 @@ impl Passthrough {
             }
             // Read one level deep: the chunk goes out as the upstream wrote it, with only
             // `model` rewritten and `usage` left out when the client did not ask for it.
-            let top = match serde_json::from_str::<Shallow<'_>>(data) {
+            let top = match answer_shallow(data.as_bytes()) {
                 Ok(top) => top,
-                Err(_) if serde_json::from_str::<IgnoredAny>(data).is_ok() => {
+                Err(TranslateError::Shape(_)) => {
                     // JSON, not an object: nothing in it to read or change.
                     if !self.failed {
                         self.write(data.as_bytes(), out);

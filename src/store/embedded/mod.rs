@@ -20,12 +20,12 @@
 //! changes nothing. A video task's reservation id gets a row in the `settled` table,
 //! written in the same savepoint as the charge and the usage record (its settle may come
 //! after a restart); rows older than [`super::SETTLED_KEEP_SECS`] are pruned in a batch
-//! every `PRUNE_EVERY` settles (found through their time's index). Each key keeps its
-//! newest usage records, up to a cap ([`usage_rows`]). A request's id is claimed in memory on
-//! the writer instead ([`ledger::Ledger::claim`]) and given back if its commit fails: its
-//! hold and its guard never outlive the process, and a row per request (kept a day)
-//! would cost two index writes a request and grow by the request rate. Time is the
-//! store's own clock, never a caller's.
+//! every `PRUNE_EVERY` settles (found through their time's index). A request's id is
+//! claimed in memory on the writer instead ([`ledger::Ledger::claim`]) and given back if
+//! its commit fails: its hold and its guard never outlive the process, and a row per
+//! request (kept a day) would cost two index writes a request and grow by the request
+//! rate. Each key keeps its newest usage records, up to a cap ([`usage_rows`]). Time is
+//! the store's own clock, never a caller's.
 //!
 //! Key policies and groups: a key's `group_id` and `policy` (JSON) are columns of `keys`
 //! (added to an older database when it opens), groups have a table of their own, and

@@ -1,5 +1,5 @@
 use super::*;
-use crate::store::{KeyStatus, SETTLED_KEEP_SECS};
+use crate::store::SETTLED_KEEP_SECS;
 use std::time::Duration;
 
 fn key(id: &str, quota: Micros) -> KeyRecord {
@@ -14,20 +14,9 @@ pub(super) fn key_record(
     policy: crate::store::Policy,
 ) -> KeyRecord {
     KeyRecord {
-        id: id.into(),
-        hash: format!("{:0>64}", 7),
-        display: "sk-a…b".into(),
-        name: "t".into(),
-        status: KeyStatus::Enabled,
-        created_at: 0,
-        expires_at: None,
-        models: vec![],
-        allow_ips: vec![],
-        rpm: None,
-        quota_limit: quota,
-        quota_used: 0,
         group: group.map(Into::into),
         policy,
+        ..KeyRecord::for_tests(id, format!("{:0>64}", 7), quota)
     }
 }
 

@@ -51,29 +51,23 @@ impl UsageRows {
         )
         .map_err(internal)?;
         let mut keys = self.keys.lock();
-        let counted = match keys.get_mut(key_id) {
+        let rows = match keys.get_mut(key_id) {
             Some(r) if r.until_count > 0 => {
                 r.rows += 1;
                 r.until_count -= 1;
-                None
+                r.rows
             }
-            _ => Some(
-                c.prepare_cached("SELECT COUNT(*) FROM usage WHERE key_id = ?1")
+            _ => {
+                let rows = c
+                    .prepare_cached("SELECT COUNT(*) FROM usage WHERE key_id = ?1")
                     .and_then(|mut st| st.query_row([key_id], |r| r.get::<_, i64>(0)))
-                    .map_err(internal)?,
-            ),
+                    .map_err(internal)?;
+                let until_count = self.cap;
+                keys.insert(key_id.to_string(), Rows { rows, until_count });
+                rows
+            }
         };
-        if let Some(rows) = counted {
-            let fresh = Rows {
-                rows,
-                until_count: self.cap,
-            };
-            keys.insert(key_id.to_string(), fresh);
-        }
-        let Some(rows) = keys.get_mut(key_id) else {
-            return Ok(());
-        };
-        let over = rows.rows - self.cap;
+        let over = rows - self.cap;
         if over > 0 {
             exec(
                 c,
@@ -82,7 +76,9 @@ impl UsageRows {
                 params![key_id, over],
             )
             .map_err(internal)?;
-            rows.rows = self.cap;
+            if let Some(r) = keys.get_mut(key_id) {
+                r.rows = self.cap;
+            }
         }
         Ok(())
     }

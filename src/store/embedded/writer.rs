@@ -179,7 +179,7 @@ impl Writer {
         let Some(mut desk) = self.desk.try_lock() else {
             return Err(job);
         };
-        if desk.pace.want().min(self.ledger.live()) > 1 {
+        if self.want(&desk) > 1 {
             return Err(job);
         }
         // Never wait on a request's thread for another process's write lock (the CLI's):
@@ -194,6 +194,12 @@ impl Writer {
         desk.pace.observe(1, Instant::now());
         self.commit(&mut desk, vec![job]);
         Ok(())
+    }
+
+    /// Jobs to gather for the next commit: those the pace expects soon, but no more than
+    /// requests hold money (one request at a time never waits, whatever the rate).
+    fn want(&self, desk: &Desk) -> usize {
+        desk.pace.want().min(self.ledger.live().max(1))
     }
 
     /// Holds the connection as a group being committed does (for tests).
@@ -254,9 +260,7 @@ pub fn run(w: Arc<Writer>, rx: Receiver<Job>) {
         let started = Instant::now();
         let mut batch = vec![first];
         drain(&rx, &mut batch);
-        // No more settles can come than requests hold money: one request at a time
-        // never waits, whatever the rate.
-        let want = desk.pace.want().min(w.ledger.live().max(1));
+        let want = w.want(&desk);
         let deadline = started + WINDOW;
         while batch.len() < want {
             let now = Instant::now();
