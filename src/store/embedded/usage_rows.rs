@@ -68,7 +68,18 @@ impl UsageRows {
             }
         };
         let over = rows - self.cap;
-        if over > 0 {
+        if over == 1 {
+            // The steady state of a full key. This statement compiles once; the batch
+            // form below is compiled again at every run (its `LIMIT` is a bound value)
+            // and builds a temporary table for its `IN`, which cost more than the
+            // insert itself.
+            exec(
+                c,
+                "DELETE FROM usage WHERE seq = (SELECT MIN(seq) FROM usage WHERE key_id = ?1)",
+                [key_id],
+            )
+            .map_err(internal)?;
+        } else if over > 1 {
             exec(
                 c,
                 "DELETE FROM usage WHERE seq IN (
@@ -76,6 +87,8 @@ impl UsageRows {
                 params![key_id, over],
             )
             .map_err(internal)?;
+        }
+        if over > 0 {
             if let Some(r) = keys.get_mut(key_id) {
                 r.rows = self.cap;
             }
