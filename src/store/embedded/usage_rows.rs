@@ -2,10 +2,12 @@
 //!
 //! The writer knows how many rows each key has (counted on the key's first insert since
 //! the store opened, and again every cap's worth of inserts, which also picks up other
-//! processes' deletions and the rare insert whose group was undone). An insert past the
-//! cap deletes the key's oldest rows: one index seek per insert. A periodic batch that
-//! found its cut-off by walking the key's newest rows cost a millisecond every hundred
-//! inserts, which was the store's whole p99 at low load.
+//! processes' deletions and the rare insert whose group was undone). Once a key holds a
+//! hundredth more than the cap, one insert deletes its oldest rows down to the cap, read
+//! from the oldest end of the key's index. Deleting one row per insert instead dirtied
+//! two more pages (the oldest of the table and of the index) in every commit; a batch
+//! that found its cut-off by walking the key's newest rows cost a millisecond every
+//! hundred inserts, which was the store's whole p99 at low load.
 
 use super::sql::{exec, internal};
 use crate::store::StoreResult;
@@ -16,6 +18,9 @@ use std::collections::HashMap;
 /// Usage rows kept per key.
 pub const USAGE_PER_KEY: i64 = 10_000;
 
+/// Rows a key may hold beyond the cap before they are trimmed: `cap / SLACK_PART`.
+const SLACK_PART: i64 = 100;
+
 struct Rows {
     rows: i64,
     /// Inserts until the rows are counted again.
@@ -24,6 +29,8 @@ struct Rows {
 
 pub struct UsageRows {
     cap: i64,
+    /// Rows past the cap that trigger a trim (at least one).
+    slack: i64,
     keys: Mutex<HashMap<String, Rows>>,
 }
 
@@ -35,14 +42,16 @@ impl Default for UsageRows {
 
 impl UsageRows {
     pub fn with_cap(cap: i64) -> UsageRows {
+        let cap = cap.max(1);
         UsageRows {
-            cap: cap.max(1),
+            cap,
+            slack: (cap / SLACK_PART).max(1),
             keys: Mutex::new(HashMap::new()),
         }
     }
 
     /// Appends `text` to `key_id`'s records, inside the caller's transaction, and drops
-    /// what is past the cap.
+    /// what is past the cap once the slack is used up.
     pub fn insert(&self, c: &Connection, key_id: &str, text: &str) -> StoreResult<()> {
         exec(
             c,
@@ -68,18 +77,9 @@ impl UsageRows {
             }
         };
         let over = rows - self.cap;
-        if over == 1 {
-            // The steady state of a full key. This statement compiles once; the batch
-            // form below is compiled again at every run (its `LIMIT` is a bound value)
-            // and builds a temporary table for its `IN`, which cost more than the
-            // insert itself.
-            exec(
-                c,
-                "DELETE FROM usage WHERE seq = (SELECT MIN(seq) FROM usage WHERE key_id = ?1)",
-                [key_id],
-            )
-            .map_err(internal)?;
-        } else if over > 1 {
+        if over >= self.slack {
+            // SQLite compiles this statement again at every run (its `LIMIT` is a bound
+            // value), which is why it runs once per slack, not once per insert.
             exec(
                 c,
                 "DELETE FROM usage WHERE seq IN (
@@ -87,8 +87,6 @@ impl UsageRows {
                 params![key_id, over],
             )
             .map_err(internal)?;
-        }
-        if over > 0 {
             if let Some(r) = keys.get_mut(key_id) {
                 r.rows = self.cap;
             }
@@ -127,6 +125,21 @@ mod tests {
         }
         assert_eq!(rows(&c, "a"), ["a2", "a3", "a4"]);
         assert_eq!(rows(&c, "b"), ["b2", "b3", "b4"]);
+    }
+
+    #[test]
+    fn a_large_cap_trims_in_steps_of_its_slack() {
+        let c = table();
+        let u = UsageRows::with_cap(300);
+        for i in 0..302 {
+            u.insert(&c, "a", &format!("a{i}")).unwrap();
+        }
+        // The slack is 3: 302 rows are kept, the 303rd insert trims to the newest 300.
+        assert_eq!(rows(&c, "a").len(), 302);
+        u.insert(&c, "a", "a302").unwrap();
+        let kept = rows(&c, "a");
+        assert_eq!(kept.len(), 300);
+        assert_eq!((kept[0].as_str(), kept[299].as_str()), ("a3", "a302"));
     }
 
     #[test]
