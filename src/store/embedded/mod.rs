@@ -132,9 +132,10 @@ impl EmbeddedStore {
             .name("embedded-store".into())
             .spawn(move || writer::run(w, rx))
             .map_err(internal)?;
+        let w = writer.clone();
         std::thread::Builder::new()
             .name("embedded-checkpoint".into())
-            .spawn(move || writer::checkpointer(checkpoints, stopped))
+            .spawn(move || writer::checkpointer(checkpoints, w, stopped))
             .map_err(internal)?;
         Ok(EmbeddedStore {
             dir: dir.to_path_buf(),

@@ -379,3 +379,65 @@ async fn a_failed_plain_write_undoes_its_group() {
     .unwrap();
     assert_eq!(s.recent_usage("k", 10).await.unwrap().len(), 1);
 }
+
+/// Under steady writes, a checkpoint still lets the write-ahead log start again from its
+/// beginning: the log holds about what arrived since the last checkpoint, not every
+/// commit since the store opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_starts_again_under_steady_writes() {
+    use std::sync::atomic::AtomicBool;
+    let dir = tempfile::tempdir().unwrap();
+    let s = Arc::new(EmbeddedStore::open(dir.path()).unwrap());
+    let conn = Connection::open(dir.path().join("gateway.db")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Commits that never pause, each a page or two of usage record.
+    let writes = tokio::spawn({
+        let (s, stop) = (s.clone(), stop.clone());
+        async move {
+            let text = "x".repeat(3_000);
+            while !stop.load(Ordering::Relaxed) {
+                let t = text.clone();
+                s.write_plain(
+                    move |c| {
+                        exec(
+                            c,
+                            "INSERT INTO usage (key_id, record) VALUES ('k', ?1)",
+                            [t],
+                        )
+                        .map_err(internal)
+                    },
+                    |_, _| {},
+                )
+                .await
+                .unwrap();
+            }
+        }
+    });
+    let mut logs = Vec::new();
+    for _ in 0..6 {
+        let from = s.writer_counts().1;
+        while s.writer_counts().1 < from + 800 {
+            tokio::task::yield_now().await;
+        }
+        let (log, copied) = writer::checkpoint(&conn, &s.writer).unwrap();
+        assert_eq!(copied, log, "a checkpoint copied the whole log");
+        logs.push(log);
+    }
+    stop.store(true, Ordering::Relaxed);
+    writes.await.unwrap();
+    // Each checkpoint finds about one round of commits in the log (800 commits of one or
+    // two frames), not all of them since the start.
+    let first = logs[0];
+    assert!(
+        logs.iter()
+            .all(|l| *l < 2 * first.max(super::writer::RESTART_FRAMES)),
+        "the log kept growing: {logs:?} frames"
+    );
+    let size = std::fs::metadata(dir.path().join("gateway.db-wal"))
+        .unwrap()
+        .len();
+    assert!(
+        (size as i64) < 3 * first.max(super::writer::RESTART_FRAMES) * 4_200,
+        "the log file is {size} bytes after checkpoints of {logs:?} frames"
+    );
+}
