@@ -265,9 +265,10 @@ pub fn run(w: Arc<Writer>, rx: Receiver<Job>) {
 /// How often the write-ahead log is copied back into the database file.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
-/// Frames (of 4 KiB pages) the log may hold before a checkpoint also pauses the writer
-/// for its last pass, so that the log starts again from its beginning.
-pub const RESTART_FRAMES: i64 = 1024;
+/// Frames (of 4 KiB pages: 64 MiB) the log may hold before a checkpoint also pauses the
+/// writer for its last pass, so that the log starts again from its beginning. Under
+/// steady writes that pause comes about once a second or less, not at every checkpoint.
+const RESTART_FRAMES: i64 = 16_384;
 
 /// Copies the write-ahead log back into the database file, and makes sure the log does
 /// not grow without end. SQLite writes the log from its beginning again only when a
@@ -275,18 +276,23 @@ pub const RESTART_FRAMES: i64 = 1024;
 /// beside them never gets there (frames arrive while it copies), and the log grew by
 /// every commit's pages: 640 MiB in ten seconds of small chats. So passes beside the
 /// writes copy and sync the bulk, each one what arrived during the last, and when the
-/// log is past [`RESTART_FRAMES`], a last pass holds the writing connection and copies
-/// the few frames that arrived meanwhile (two syncs: 0.4 to 1.5 ms here; one pass
-/// beside the writes left 2 to 3 ms of it). The next commit then starts the log again.
-/// Returns the frames in the log and the frames copied by the last pass.
-pub fn checkpoint(conn: &Connection, writer: &Writer) -> rusqlite::Result<(i64, i64)> {
+/// log is past `restart` frames, a last pass holds the writing connection and copies
+/// the few frames that arrived meanwhile (two syncs: 0.4 to 1.5 ms here, now and then a
+/// few ms; one pass beside the writes left 2 to 3 ms of it). The next commit then
+/// starts the log again. Returns the frames in the log and the frames copied by the
+/// last pass.
+pub fn checkpoint(
+    conn: &Connection,
+    writer: &Writer,
+    restart: i64,
+) -> rusqlite::Result<(i64, i64)> {
     let passive = || {
         conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
             Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
         })
     };
     let (mut log, copied) = passive()?;
-    if log < RESTART_FRAMES {
+    if log < restart {
         return Ok((log, copied));
     }
     // Each pass also syncs the frames that arrived during the one before, so passes
@@ -312,10 +318,9 @@ const TAIL_FRAMES: i64 = 64;
 const CHECKPOINT_POLL: Duration = Duration::from_millis(100);
 
 /// Commits (of a few pages each) after which a checkpoint runs without waiting for
-/// [`CHECKPOINT_EVERY`]: under steady writes the log then holds about a tenth of a
-/// second's commits (a second's was 130 to 190 MiB of small chats), and the writer is
-/// paused for about 1 % of the time.
-const CHECKPOINT_COMMITS: u64 = RESTART_FRAMES as u64;
+/// [`CHECKPOINT_EVERY`]: under steady writes the passes beside them keep up, and the
+/// log peaks near [`RESTART_FRAMES`] (a second of small chats was 130 to 190 MiB).
+const CHECKPOINT_COMMITS: u64 = 1_024;
 
 /// Checkpoints until the store closes: every [`CHECKPOINT_EVERY`] when anything was
 /// committed, sooner when many commits were.
@@ -328,7 +333,7 @@ pub fn checkpointer(conn: Connection, writer: Arc<Writer>, stop: mpsc::Receiver<
             continue;
         }
         last = (Instant::now(), commits());
-        if let Err(e) = checkpoint(&conn, &writer) {
+        if let Err(e) = checkpoint(&conn, &writer, RESTART_FRAMES) {
             tracing::warn!(error = %e, "embedded store checkpoint failed");
         }
     }
