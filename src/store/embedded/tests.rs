@@ -420,6 +420,7 @@ async fn the_log_starts_again_under_steady_writes() {
     for _ in 0..6 {
         let from = s.writer_counts().1;
         while s.writer_counts().1 < from + 800 {
+            assert!(!writes.is_finished(), "the writes stopped");
             tokio::task::yield_now().await;
         }
         let (log, copied) = writer::checkpoint(&conn, &s.writer, RESTART).unwrap();
