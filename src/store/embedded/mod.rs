@@ -108,6 +108,12 @@ fn ttl(secs: u64) -> i64 {
 impl EmbeddedStore {
     /// Opens (creating if needed) the store in `dir`.
     pub fn open(dir: &Path) -> StoreResult<EmbeddedStore> {
+        EmbeddedStore::open_with(dir, true)
+    }
+
+    /// As [`EmbeddedStore::open`]; without the checkpoint thread when `checkpoints` is
+    /// false (tests that run the checkpoints themselves).
+    fn open_with(dir: &Path, checkpoints: bool) -> StoreResult<EmbeddedStore> {
         std::fs::create_dir_all(dir).map_err(internal)?;
         let db = dir.join("gateway.db");
         let conn = Connection::open(&db).map_err(internal)?;
@@ -119,7 +125,7 @@ impl EmbeddedStore {
         .map_err(internal)?;
         sql::migrate(&conn)?;
         conn.set_prepared_statement_cache_capacity(64);
-        let checkpoints = Connection::open(&db).map_err(internal)?;
+        let ckpt = Connection::open(&db).map_err(internal)?;
         let readers = Readers::open(&db)?;
         let clock = Arc::new(Clock::default());
         let ledger = Arc::new(Ledger::new(clock.clone()));
@@ -132,11 +138,13 @@ impl EmbeddedStore {
             .name("embedded-store".into())
             .spawn(move || writer::run(w, rx))
             .map_err(internal)?;
-        let w = writer.clone();
-        std::thread::Builder::new()
-            .name("embedded-checkpoint".into())
-            .spawn(move || writer::checkpointer(checkpoints, w, stopped))
-            .map_err(internal)?;
+        if checkpoints {
+            let w = writer.clone();
+            std::thread::Builder::new()
+                .name("embedded-checkpoint".into())
+                .spawn(move || writer::checkpointer(ckpt, w, stopped))
+                .map_err(internal)?;
+        }
         Ok(EmbeddedStore {
             dir: dir.to_path_buf(),
             ledger,

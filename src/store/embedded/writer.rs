@@ -279,8 +279,9 @@ const RESTART_FRAMES: i64 = 16_384;
 /// log is past `restart` frames, a last pass holds the writing connection and copies
 /// the few frames that arrived meanwhile (two syncs: 0.4 to 1.5 ms here, now and then a
 /// few ms; one pass beside the writes left 2 to 3 ms of it). The next commit then
-/// starts the log again. Returns the frames in the log and the frames copied by the
-/// last pass.
+/// starts the log again (unless another connection is reading the log at that moment:
+/// then the start waits for the next pause). Returns the frames in the log and the
+/// frames copied by the last pass.
 pub fn checkpoint(
     conn: &Connection,
     writer: &Writer,
