@@ -115,6 +115,13 @@ mod tests {
             .collect()
     }
 
+    /// Inserts `{key}{i}` for each `i` of `range`.
+    fn insert_each(u: &UsageRows, c: &Connection, key: &str, range: std::ops::Range<usize>) {
+        for i in range {
+            u.insert(c, key, &format!("{key}{i}")).unwrap();
+        }
+    }
+
     #[test]
     fn a_key_keeps_its_newest_rows_up_to_the_cap_and_others_keep_theirs() {
         let c = table();
@@ -131,9 +138,7 @@ mod tests {
     fn a_large_cap_trims_in_steps_of_its_slack() {
         let c = table();
         let u = UsageRows::with_cap(300);
-        for i in 0..302 {
-            u.insert(&c, "a", &format!("a{i}")).unwrap();
-        }
+        insert_each(&u, &c, "a", 0..302);
         // The slack is 3: 302 rows are kept, the 303rd insert trims to the newest 300.
         assert_eq!(rows(&c, "a").len(), 302);
         u.insert(&c, "a", "a302").unwrap();
@@ -162,9 +167,7 @@ mod tests {
     fn rows_deleted_behind_its_back_are_noticed_at_the_next_count() {
         let c = table();
         let u = UsageRows::with_cap(3);
-        for i in 0..3 {
-            u.insert(&c, "a", &format!("a{i}")).unwrap();
-        }
+        insert_each(&u, &c, "a", 0..3);
         // Another process deletes two rows: the count in memory is now two too high.
         c.execute_batch("DELETE FROM usage WHERE record IN ('a0', 'a1')")
             .unwrap();
@@ -174,9 +177,7 @@ mod tests {
             assert!(rows(&c, "a").len() <= 3);
         }
         // After the recount (every cap's worth of inserts), the key is full again.
-        for i in 6..9 {
-            u.insert(&c, "a", &format!("a{i}")).unwrap();
-        }
+        insert_each(&u, &c, "a", 6..9);
         assert_eq!(rows(&c, "a"), ["a6", "a7", "a8"]);
     }
 }

@@ -329,11 +329,11 @@ pub fn checkpointer(conn: Connection, writer: Arc<Writer>, stop: mpsc::Receiver<
     let commits = || writer.counts.commits.load(Ordering::Relaxed);
     let mut last = (Instant::now(), commits());
     while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_POLL) {
-        let made = commits().wrapping_sub(last.1);
-        if made < CHECKPOINT_COMMITS && last.0.elapsed() < CHECKPOINT_EVERY {
+        let now = (Instant::now(), commits());
+        if now.1.wrapping_sub(last.1) < CHECKPOINT_COMMITS && now.0 - last.0 < CHECKPOINT_EVERY {
             continue;
         }
-        last = (Instant::now(), commits());
+        last = now;
         if let Err(e) = checkpoint(&conn, &writer, RESTART_FRAMES) {
             tracing::warn!(error = %e, "embedded store checkpoint failed");
         }
