@@ -177,7 +177,7 @@ pub async fn gateway(
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let text = config_text(&store, dir.path(), upstream.addr);
     let config = Config::parse(&text, dir.path()).map_err(|e| format!("{e:?}"))?;
-    let store = open_store(&config.store, false)
+    let store = open_store(&config.store, true)
         .await
         .map_err(|e| e.to_string())?;
     let input = KeyInput {

@@ -65,7 +65,14 @@ pub(crate) fn cluster_config(cluster: &RedisCluster) -> StoreConfig {
     }
 }
 
+/// The store as the server opens it (an embedded one locked for this process, its
+/// settles journaled).
 pub(crate) async fn open(cfg: &StoreConfig) -> Arc<dyn Store> {
+    open_store(cfg, true).await.unwrap()
+}
+
+/// The store as another process beside the server opens it (the CLI).
+pub(crate) async fn open_shared(cfg: &StoreConfig) -> Arc<dyn Store> {
     open_store(cfg, false).await.unwrap()
 }
 

@@ -2,8 +2,8 @@
 //! lease expiry is driven by explicit `now_ms` values, never by waiting.
 
 use crate::contract::{
-    available, backends, completed, embedded_config, key, open, redis_config, reserve, task,
-    task_id, usage, used, KEY, OTHER, QUOTA,
+    available, backends, completed, embedded_config, key, open, open_shared, redis_config, reserve,
+    task, task_id, usage, used, KEY, OTHER, QUOTA,
 };
 use crate::redis_server::RedisServer;
 use model_gateway::config::StoreConfig;
@@ -261,8 +261,9 @@ async fn failed_task_with_no_cost_refunds_its_reservation(cfg: StoreConfig) {
 async fn concurrent_claims_hand_each_task_to_one_caller(cfg: StoreConfig) {
     let stores: Vec<Arc<dyn Store>> = {
         let mut v = Vec::new();
-        for _ in 0..4 {
-            v.push(open(&cfg).await);
+        v.push(open(&cfg).await);
+        for _ in 1..4 {
+            v.push(open_shared(&cfg).await);
         }
         v
     };

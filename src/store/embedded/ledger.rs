@@ -665,6 +665,17 @@ impl Ledger {
         }
     }
 
+    /// Forgets every account and group (read again from the database on their next use).
+    pub fn clear(&self) {
+        let mut b = self.books.lock();
+        let settled = std::mem::take(&mut b.settled);
+        *b = Books {
+            settled,
+            ..Books::default()
+        };
+        self.live.store(0, Ordering::Relaxed);
+    }
+
     /// Forgets a key (deleted, or created anew: read again on its next reserve).
     pub fn forget(&self, key_id: &str) {
         let n = self.books.lock().drop_account(key_id);

@@ -39,6 +39,7 @@
 mod counters;
 mod figures;
 mod groups;
+mod journal;
 mod ledger;
 mod readers;
 mod sql;
@@ -65,7 +66,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use tokio::sync::oneshot;
-use writer::{Finish, Job};
+use writer::{Finish, Job, Work};
 
 /// Prune a key's usage rows (and old tombstones) once every this many inserts.
 const PRUNE_EVERY: u64 = 100;
@@ -88,8 +89,10 @@ impl Clock {
 pub struct EmbeddedStore {
     dir: PathBuf,
     ledger: Arc<Ledger>,
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::Sender<Work>,
     writer: Arc<writer::Writer>,
+    /// Settles journaled, once this process holds the store's lock ([`journal`]).
+    journal: std::sync::OnceLock<Arc<journal::Journal>>,
     readers: Readers,
     /// Dropping the store stops the checkpoint thread.
     _checkpoints: mpsc::Sender<()>,
@@ -130,14 +133,20 @@ impl EmbeddedStore {
         let clock = Arc::new(Clock::default());
         let ledger = Arc::new(Ledger::new(clock.clone()));
         sql::load_task_holders(&conn, &ledger)?;
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, rx) = mpsc::channel::<Work>();
         let (stop, stopped) = mpsc::channel::<()>();
-        let writer = Arc::new(writer::Writer::new(conn, ledger.clone()));
+        let usage_rows = Arc::new(usage_rows::UsageRows::default());
+        let writer = Arc::new(writer::Writer::new(
+            conn,
+            ledger.clone(),
+            usage_rows.clone(),
+        ));
         let w = writer.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("embedded-store".into())
             .spawn(move || writer::run(w, rx))
             .map_err(internal)?;
+        writer.set_thread(thread.thread().clone());
         if checkpoints {
             let w = writer.clone();
             std::thread::Builder::new()
@@ -150,11 +159,12 @@ impl EmbeddedStore {
             ledger,
             jobs: tx,
             writer,
+            journal: Default::default(),
             readers,
             _checkpoints: stop,
             lock: Mutex::new(None),
             rates: Mutex::new(HashMap::new()),
-            usage_rows: Arc::default(),
+            usage_rows,
             settles: AtomicU64::new(0),
             clock,
         })
@@ -180,25 +190,47 @@ impl EmbeddedStore {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
+        // Settles the last process journaled but did not apply, in the same transaction.
+        let (files, entries) = journal::recover(&self.dir)?;
         conn.execute_batch("BEGIN IMMEDIATE").map_err(internal)?;
-        // Not `LIKE 'task_%'`: `_` is a LIKE wildcard.
-        let r = exec(
-            &conn,
-            "DELETE FROM reservations WHERE substr(id, 1, 5) <> 'task_'",
-            [],
-        )
-        .and_then(|_| {
+        let r = journal::apply(&conn, &entries, &self.usage_rows).and_then(|last| {
+            // Not `LIKE 'task_%'`: `_` is a LIKE wildcard.
             exec(
                 &conn,
-                "UPDATE tasks SET due_at = ?1 WHERE due_at > ?1",
-                [now_ms],
+                "DELETE FROM reservations WHERE substr(id, 1, 5) <> 'task_'",
+                [],
             )
-        })
-        .and_then(|_| conn.execute_batch("COMMIT"));
-        if let Err(e) = r {
-            let _ = conn.execute_batch("ROLLBACK");
-            return Err(internal(e));
+            .and_then(|_| {
+                exec(
+                    &conn,
+                    "UPDATE tasks SET due_at = ?1 WHERE due_at > ?1",
+                    [now_ms],
+                )
+            })
+            .and_then(|_| conn.execute_batch("COMMIT"))
+            .map_err(internal)
+            .map(|_| last)
+        });
+        let last = match r {
+            Ok(last) => last,
+            Err(e) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(e);
+            }
+        };
+        // What the store read into memory when it opened predates those settles.
+        self.ledger.clear();
+        sql::load_task_holders(&conn, &self.ledger)?;
+        // Deleted before the new file is made: its name may be one of theirs.
+        for f in files {
+            if let Err(e) = std::fs::remove_file(&f) {
+                tracing::warn!(file = %f.display(), error = %e, "cannot delete an applied journal file");
+            }
         }
+        let seq = entries.last().map_or(last, |e| e.seq.max(last));
+        let j = Arc::new(journal::Journal::start(&self.dir, seq, self.jobs.clone())?);
+        self.writer.set_journal(&j);
+        let _ = self.journal.set(j);
         Ok(())
     }
 
@@ -280,8 +312,9 @@ impl EmbeddedStore {
         };
         if let Err(job) = queued {
             self.jobs
-                .send(job)
+                .send(Work::Job(job))
                 .map_err(|_| StoreError::Internal("store thread stopped".into()))?;
+            self.writer.wake();
         }
         rx.await
             .map_err(|_| StoreError::Internal("store thread dropped a job".into()))?
@@ -292,6 +325,15 @@ impl EmbeddedStore {
         f: impl FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
     ) -> StoreResult<T> {
         self.write(false, f, |_, _| {}).await
+    }
+
+    /// Waits until every settle and record journaled so far is in the database, for reads
+    /// that must see them (a key's spend, its usage records).
+    async fn sync(&self) -> StoreResult<()> {
+        match self.journal.get().map(|j| j.marks()) {
+            Some((written, applied)) if applied < written => self.call(|_| Ok(())).await,
+            _ => Ok(()),
+        }
     }
 
     /// Puts the key's account in memory, with its group's; `false` if the key does not
@@ -370,6 +412,20 @@ impl EmbeddedStore {
             )),
             None => None,
         };
+        // A request's settle is journaled; a task's commits (its row must go with it).
+        if let Some(j) = self.journal.get().filter(|_| !durable(&r.id)) {
+            let settle = journal::Settle {
+                now: self.clock.now(),
+                prune: self.settle_prune_due(),
+                key: r.key_id.clone(),
+                rid: r.id.clone(),
+                actual,
+                on: self.ledger.on(&r.key_id, &r.id),
+            };
+            return j
+                .append(&self.ledger, Some(settle), usage, tokens)
+                .map(|_| ());
+        }
         let (key_id, rid) = (r.key_id.clone(), r.id.clone());
         let (prune, ledger) = (self.settle_prune_due(), self.ledger.clone());
         let (reader, usage_rows) = (ledger.clone(), self.usage_rows.clone());
@@ -451,11 +507,13 @@ impl Store for EmbeddedStore {
     }
 
     async fn get_key(&self, id: &str) -> StoreResult<Option<KeyRecord>> {
+        self.sync().await?;
         let id = id.to_string();
         self.readers.read(move |c| sql::get_key(c, &id)).await
     }
 
     async fn list_keys(&self) -> StoreResult<Vec<KeyRecord>> {
+        self.sync().await?;
         self.readers.read(sql::list_keys).await
     }
 
@@ -607,12 +665,18 @@ impl Store for EmbeddedStore {
     async fn append_usage(&self, rec: &UsageRecord) -> StoreResult<()> {
         let text = serde_json::to_string(rec).map_err(internal)?;
         let key_id = rec.key_id.clone();
+        if let Some(j) = self.journal.get() {
+            return j
+                .append(&self.ledger, None, Some((key_id, text)), None)
+                .map(|_| ());
+        }
         let usage_rows = self.usage_rows.clone();
         self.write_plain(move |c| usage_rows.insert(c, &key_id, &text), |_, _| {})
             .await
     }
 
     async fn recent_usage(&self, key_id: &str, limit: usize) -> StoreResult<Vec<UsageRecord>> {
+        self.sync().await?;
         let key_id = key_id.to_string();
         let texts = self
             .readers
@@ -629,11 +693,13 @@ impl Store for EmbeddedStore {
     }
 
     async fn get_group(&self, id: &str) -> StoreResult<Option<GroupRecord>> {
+        self.sync().await?;
         let id = id.to_string();
         self.readers.read(move |c| sql::get_group(c, &id)).await
     }
 
     async fn list_groups(&self) -> StoreResult<Vec<GroupRecord>> {
+        self.sync().await?;
         self.readers.read(sql::list_groups).await
     }
 
@@ -664,6 +730,8 @@ impl Store for EmbeddedStore {
     }
 }
 
+#[cfg(test)]
+mod journal_tests;
 #[cfg(test)]
 mod policy_tests;
 #[cfg(test)]

@@ -41,6 +41,10 @@ CREATE TABLE IF NOT EXISTS period_spend (
     used INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (scope, label)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS period_spend_end ON period_spend(period_end);
+CREATE TABLE IF NOT EXISTS journal_applied (
+    id INTEGER PRIMARY KEY CHECK (id = 0), seq INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO journal_applied (id, seq) VALUES (0, 0);
 ";
 
 /// Columns added since the first release, with their type: added to an existing

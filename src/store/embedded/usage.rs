@@ -122,6 +122,7 @@ impl UsageQuery for EmbeddedStore {
         filter: &UsageFilter,
         limit: usize,
     ) -> StoreResult<Vec<UsageRecord>> {
+        self.sync().await?;
         let f = filter.clone();
         read(self.dir.clone(), move |c| {
             let mut out = Vec::new();
@@ -137,6 +138,7 @@ impl UsageQuery for EmbeddedStore {
     }
 
     async fn usage_by_request(&self, request_id: &str) -> StoreResult<Option<UsageRecord>> {
+        self.sync().await?;
         let id = request_id.to_string();
         read(self.dir.clone(), move |c| {
             let mut st = c
@@ -158,6 +160,7 @@ impl UsageQuery for EmbeddedStore {
     }
 
     async fn spend(&self, q: &SpendQuery) -> StoreResult<Spend> {
+        self.sync().await?;
         let q = q.clone();
         read(self.dir.clone(), move |c| {
             let mut s = Spend::default();

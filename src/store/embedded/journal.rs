@@ -1,0 +1,414 @@
+//! The settle journal of the serving process: a request's charge and usage record are
+//! made durable by one append to a file of the store's own, and reach SQLite later, many
+//! at a time, on the writer thread.
+//!
+//! A settle committed to SQLite on its own path cost a commit's share (every touched page
+//! written to the write-ahead log, under `fcntl` locks) and made the request wait for the
+//! commit ahead of its own. An append is one `write` into the page cache, as durable
+//! against a process crash or `kill -9` as a commit with `synchronous=NORMAL` (both are
+//! lost only with the machine). The writer then applies a couple of milliseconds' worth
+//! of entries in one transaction ([`apply`]), so a commit carries dozens of settles
+//! instead of a handful.
+//!
+//! What stays true:
+//! - **Memory first, in journal order.** Under the journal's lock an append claims the
+//!   request's id (a second settle of it changes nothing), writes its line, applies the
+//!   settle to the ledger (the hold is released and the charge counted at once) and
+//!   queues the entry for the writer, so the writer's queue holds entries in the order of
+//!   their numbers. Memory is therefore always SQLite plus the entries not yet applied.
+//! - **Reading figures into memory sees every entry.** Loading an account, or reading
+//!   the accounts again after another process changed the file, happens on the writer
+//!   while it holds the journal's lock ([`Journal::hold`]), after applying every entry
+//!   queued, so memory never loses an entry nor counts one twice.
+//! - **Reads see every answered settle.** Key, group and usage reads wait until the
+//!   writer has applied what was appended before them (`EmbeddedStore::sync`).
+//! - **Exactly once.** Each commit records the last entry it applied (`journal_applied`)
+//!   and skips entries at or below it, so an entry applied by a process that is leaving
+//!   (a graceful upgrade) and replayed by its successor counts once.
+//! - **Recovery.** The process that takes the store's lock applies every journal file it
+//!   finds before serving ([`recover`]) and deletes them; a line cut short by a crash was
+//!   never answered and is ignored. The writer deletes a file once every entry in it is
+//!   applied, so the files hold at most a few seconds of settles.
+//!
+//! Only the process holding the store's lock (the server) journals; the CLI and other
+//! processes that open the file commit their writes directly.
+//!
+//! A line: `SEQ \t SETTLE \t USAGE \n`, each of the last two a JSON object or `-`.
+
+use super::figures::On;
+use super::ledger::Ledger;
+use super::sql::{exec, internal, settle_hold_in, Once};
+use super::usage_rows::UsageRows;
+use super::writer::Work;
+use crate::store::{Micros, StoreResult};
+use parking_lot::Mutex;
+use rusqlite::Connection;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+
+/// A journal file is closed and a new one started past this size; a file is deleted once
+/// every entry in it is applied.
+const ROTATE_BYTES: u64 = 4 << 20;
+
+/// A settle as journaled: what the commit on SQLite needs, without the ledger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settle {
+    /// The store's clock at the settle (dates the period rows it prunes).
+    pub now: i64,
+    pub prune: bool,
+    pub key: String,
+    pub rid: String,
+    pub actual: Micros,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on: Option<On>,
+}
+
+/// One journaled change: a settle, a usage record (its key and its JSON), or both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub seq: u64,
+    pub settle: Option<Settle>,
+    pub usage: Option<(String, String)>,
+}
+
+/// The part of a line after its number.
+fn body(settle: Option<&Settle>, usage: Option<&str>) -> StoreResult<Vec<u8>> {
+    let mut out = Vec::with_capacity(160 + usage.map_or(0, str::len));
+    out.push(b'\t');
+    match settle {
+        Some(s) => serde_json::to_writer(&mut out, s).map_err(internal)?,
+        None => out.push(b'-'),
+    }
+    out.push(b'\t');
+    match usage {
+        // Compact JSON escapes every control character: no tab nor newline in it.
+        Some(u) if !u.bytes().any(|b| b == b'\n' || b == b'\t') => {
+            out.extend_from_slice(u.as_bytes())
+        }
+        Some(_) => return Err(internal("usage record with a raw control character")),
+        None => out.push(b'-'),
+    }
+    out.push(b'\n');
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+struct KeyOf {
+    key_id: String,
+}
+
+/// Reads one complete line back; `None` for a line that is not one (cut short).
+fn parse(line: &str) -> Option<Entry> {
+    let mut parts = line.splitn(3, '\t');
+    let seq = parts.next()?.parse().ok()?;
+    let settle = match parts.next()? {
+        "-" => None,
+        s => Some(serde_json::from_str(s).ok()?),
+    };
+    let usage = match parts.next()? {
+        "-" => None,
+        u => Some((serde_json::from_str::<KeyOf>(u).ok()?.key_id, u.to_string())),
+    };
+    Some(Entry { seq, settle, usage })
+}
+
+fn file_name(first_seq: u64) -> String {
+    format!("journal-{first_seq:020}-{}.log", std::process::id())
+}
+
+/// The first entry number a journal file's name gives.
+fn first_of(name: &str) -> Option<u64> {
+    let rest = name.strip_prefix("journal-")?.strip_suffix(".log")?;
+    rest.split('-').next()?.parse().ok()
+}
+
+fn create(dir: &Path, first_seq: u64) -> StoreResult<(File, PathBuf)> {
+    let path = dir.join(file_name(first_seq));
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(internal)?;
+    Ok((f, path))
+}
+
+struct Inner {
+    file: File,
+    bytes: u64,
+    /// The last entry written.
+    seq: u64,
+    /// A write failed part way: the next one first ends the cut line.
+    torn: bool,
+    /// Files not yet deleted, oldest first, with their first entry; the last is written.
+    files: VecDeque<(u64, PathBuf)>,
+    tx: Sender<Work>,
+}
+
+pub struct Journal {
+    dir: PathBuf,
+    inner: Mutex<Inner>,
+    /// The last entry written and the last applied (committed to SQLite).
+    written: AtomicU64,
+    applied: AtomicU64,
+}
+
+/// What an append did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Appended {
+    /// Written and counted in memory.
+    Written,
+    /// The request's id was settled before: nothing written, nothing charged.
+    Again,
+}
+
+impl Journal {
+    /// Starts a journal whose entries follow `seq` (every entry up to it is applied).
+    pub fn start(dir: &Path, seq: u64, tx: Sender<Work>) -> StoreResult<Journal> {
+        let (file, path) = create(dir, seq + 1)?;
+        Ok(Journal {
+            dir: dir.to_path_buf(),
+            inner: Mutex::new(Inner {
+                file,
+                bytes: 0,
+                seq,
+                torn: false,
+                files: VecDeque::from([(seq + 1, path)]),
+                tx,
+            }),
+            written: AtomicU64::new(seq),
+            applied: AtomicU64::new(seq),
+        })
+    }
+
+    /// Journals a settle (when `settle` is given, it is the first of its id or nothing)
+    /// and a usage record, applies the settle to `ledger`, and queues the entry for the
+    /// writer. `tokens` are the tokens the request used, if known.
+    pub fn append(
+        &self,
+        ledger: &Ledger,
+        settle: Option<Settle>,
+        usage: Option<(String, String)>,
+        tokens: Option<u64>,
+    ) -> StoreResult<Appended> {
+        let body = body(settle.as_ref(), usage.as_ref().map(|(_, u)| u.as_str()))?;
+        let mut g = self.inner.lock();
+        if let Some(s) = &settle {
+            if !ledger.claim(&s.key, &s.rid) {
+                ledger.settled(&s.key, &s.rid, s.actual, false, s.on.as_ref(), tokens);
+                return Ok(Appended::Again);
+            }
+        }
+        let seq = g.seq + 1;
+        let mut line = Vec::with_capacity(body.len() + 22);
+        if g.torn {
+            line.push(b'\n');
+        }
+        let _ = write!(line, "{seq}");
+        line.extend_from_slice(&body);
+        if let Err(e) = g.file.write_all(&line) {
+            g.torn = true;
+            if let Some(s) = &settle {
+                ledger.unclaim(&s.key, &s.rid);
+            }
+            return Err(internal(e));
+        }
+        g.torn = false;
+        g.seq = seq;
+        g.bytes += line.len() as u64;
+        self.written.store(seq, Ordering::Release);
+        if let Some(s) = &settle {
+            ledger.settled(&s.key, &s.rid, s.actual, true, s.on.as_ref(), tokens);
+        }
+        // The writer gone means the store is closing: the entry is on disk, and the next
+        // process to open the store applies it.
+        let _ = g.tx.send(Work::Entry(Entry { seq, settle, usage }));
+        if g.bytes >= ROTATE_BYTES {
+            match create(&self.dir, seq + 1) {
+                Ok((file, path)) => {
+                    g.file = file;
+                    g.bytes = 0;
+                    g.files.push_back((seq + 1, path));
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot start a new journal file"),
+            }
+        }
+        Ok(Appended::Written)
+    }
+
+    /// Keeps appends out while the writer applies every queued entry and reads figures
+    /// into memory.
+    pub fn hold(&self) -> impl Drop + '_ {
+        self.inner.lock()
+    }
+
+    /// Entries written, and entries applied.
+    pub fn marks(&self) -> (u64, u64) {
+        (
+            self.written.load(Ordering::Acquire),
+            self.applied.load(Ordering::Acquire),
+        )
+    }
+
+    /// Notes that every entry up to `seq` is committed, and deletes the files holding
+    /// only such entries.
+    pub fn applied(&self, seq: u64) {
+        self.applied.fetch_max(seq, Ordering::AcqRel);
+        let mut gone = Vec::new();
+        {
+            let mut g = self.inner.lock();
+            while g.files.len() > 1 && g.files[1].0 <= seq + 1 {
+                gone.extend(g.files.pop_front().map(|(_, p)| p));
+            }
+        }
+        for p in gone {
+            // A successor process may have applied and deleted it already.
+            if let Err(e) = std::fs::remove_file(&p).or_else(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(e),
+            }) {
+                tracing::warn!(file = %p.display(), error = %e, "cannot delete a journal file");
+            }
+        }
+    }
+}
+
+/// The journal files in `dir`, oldest first, and every complete entry in them in order.
+pub fn recover(dir: &Path) -> StoreResult<(Vec<PathBuf>, Vec<Entry>)> {
+    let mut files: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .map_err(internal)?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            first_of(&name).map(|n| (n, e.path()))
+        })
+        .collect();
+    files.sort();
+    let mut entries = Vec::new();
+    for (_, path) in &files {
+        let text = std::fs::read(path).map_err(internal)?;
+        let text = String::from_utf8_lossy(&text);
+        // Only lines ended by their newline were written whole.
+        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
+        for line in whole.split('\n').filter(|l| !l.is_empty()) {
+            match parse(line) {
+                Some(e) => entries.push(e),
+                None => tracing::warn!(file = %path.display(), "skipping a cut journal line"),
+            }
+        }
+    }
+    entries.sort_by_key(|e| e.seq);
+    entries.dedup_by_key(|e| e.seq);
+    Ok((files.into_iter().map(|(_, p)| p).collect(), entries))
+}
+
+/// The last entry committed to this database.
+pub fn last_applied(c: &Connection) -> StoreResult<u64> {
+    c.query_row("SELECT seq FROM journal_applied WHERE id = 0", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map(|s| s.max(0) as u64)
+    .map_err(internal)
+}
+
+/// Applies, inside the caller's transaction, the entries after the last one this
+/// database has; returns the last entry it now has.
+pub fn apply(c: &Connection, entries: &[Entry], rows: &UsageRows) -> StoreResult<u64> {
+    let done = last_applied(c)?;
+    let mut last = done;
+    for e in entries.iter().filter(|e| e.seq > done) {
+        if let Some(s) = &e.settle {
+            settle_hold_in(
+                c,
+                s.now,
+                s.prune,
+                &s.key,
+                &s.rid,
+                s.actual,
+                s.on.as_ref(),
+                Once::Decided(true),
+            )?;
+        }
+        if let Some((key, text)) = &e.usage {
+            rows.insert(c, key, text)?;
+        }
+        last = last.max(e.seq);
+    }
+    if last > done {
+        exec(
+            c,
+            "UPDATE journal_applied SET seq = ?1 WHERE id = 0",
+            [last as i64],
+        )
+        .map_err(internal)?;
+    }
+    Ok(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settle(rid: &str) -> Settle {
+        Settle {
+            now: 1_800_000_000,
+            prune: false,
+            key: "k1".into(),
+            rid: rid.into(),
+            actual: 42,
+            on: Some(On {
+                key: vec![("day:1".into(), 86_400)],
+                group: Some("g".into()),
+                group_periods: vec![],
+            }),
+        }
+    }
+
+    #[test]
+    fn a_line_reads_back_as_written() {
+        let s = settle("r1");
+        let usage = r#"{"request_id":"r1","key_id":"k1","model":"m\tx"}"#.to_string();
+        let b = body(Some(&s), Some(&usage)).unwrap();
+        let line = format!("7{}", String::from_utf8(b).unwrap());
+        let e = parse(line.trim_end_matches('\n')).unwrap();
+        assert_eq!(e.seq, 7);
+        assert_eq!(e.settle, Some(s));
+        assert_eq!(e.usage, Some(("k1".into(), usage)));
+        let b = body(None, None).unwrap();
+        let e = parse(format!("8{}", String::from_utf8(b).unwrap()).trim_end()).unwrap();
+        assert_eq!((e.settle, e.usage), (None, None));
+        assert!(
+            body(None, Some("{\"a\":\"\t\"}")).is_err(),
+            "a raw tab would cut the line"
+        );
+    }
+
+    #[test]
+    fn recovery_keeps_whole_lines_in_order_and_drops_a_cut_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let line = |seq: u64, rid: &str| {
+            let mut l = seq.to_string().into_bytes();
+            l.extend(body(Some(&settle(rid)), None).unwrap());
+            l
+        };
+        let mut older = line(1, "a");
+        older.extend(line(2, "b"));
+        std::fs::write(dir.path().join(file_name(1)), older).unwrap();
+        let mut newer = line(3, "c");
+        let cut = line(4, "d");
+        newer.extend(&cut[..cut.len() / 2]);
+        std::fs::write(dir.path().join(file_name(3)), newer).unwrap();
+        std::fs::write(dir.path().join("gateway.db"), b"not a journal").unwrap();
+        let (files, entries) = recover(dir.path()).unwrap();
+        assert_eq!(files.len(), 2);
+        let rids: Vec<_> = entries
+            .iter()
+            .map(|e| e.settle.as_ref().unwrap().rid.as_str())
+            .collect();
+        assert_eq!(rids, ["a", "b", "c"]);
+    }
+}

@@ -1,0 +1,195 @@
+//! The settle journal of a store that holds its lock: settles answer before the writer
+//! applies them, a crash before it does loses nothing, and nothing counts twice.
+
+use super::tests::key_record;
+use super::*;
+use std::time::Duration;
+
+/// A store as the server opens it (locked, journaling), without the checkpoint thread
+/// so that its files can be copied while its writer is held.
+fn serving(dir: &Path) -> EmbeddedStore {
+    let s = EmbeddedStore::open_with(dir, false).unwrap();
+    s.lock_exclusive().unwrap();
+    s
+}
+
+fn record(id: &str, key: &str, cost: Micros) -> UsageRecord {
+    UsageRecord {
+        request_id: id.into(),
+        time_ms: 1_000,
+        key_id: key.into(),
+        endpoint: "/v1/chat/completions".into(),
+        model: "m".into(),
+        channel: "c".into(),
+        prompt_tokens: 3,
+        completion_tokens: 4,
+        cached_tokens: 0,
+        cost,
+        estimated: false,
+        overrun: 0,
+        status: 200,
+        latency_ms: 1,
+        stream: false,
+        group: None,
+    }
+}
+
+/// What a crash leaves: the store's files as they are now (nothing is being committed:
+/// the caller holds the writer).
+fn crash_copy(from: &Path) -> tempfile::TempDir {
+    let to = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name();
+        if name != "LOCK" {
+            std::fs::copy(e.path(), to.path().join(name)).unwrap();
+        }
+    }
+    to
+}
+
+fn journal_files(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().starts_with("journal-")
+        })
+        .count()
+}
+
+fn used_on_disk(dir: &Path) -> (i64, i64) {
+    let c = Connection::open(dir.join("gateway.db")).unwrap();
+    let used = c
+        .query_row("SELECT quota_used FROM keys WHERE id = 'k'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let rows = c
+        .query_row("SELECT COUNT(*) FROM usage", [], |r| r.get(0))
+        .unwrap();
+    (used, rows)
+}
+
+/// Holds three requests' money (before the writer is held: the key is loaded by it).
+async fn hold_three(s: &EmbeddedStore) -> Vec<Reservation> {
+    let mut out = Vec::new();
+    for n in 0..3 {
+        let id = format!("req-{n}");
+        out.push(s.reserve("k", &id, 0, 400, 60).await.unwrap().unwrap());
+    }
+    out
+}
+
+async fn settle_each(s: &EmbeddedStore, holds: &[Reservation]) {
+    for r in holds {
+        s.settle_logged(r, 100, &record(&r.id, "k", 100))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settles_answer_before_the_writer_applies_them_and_count_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = serving(dir.path());
+    s.create_key(&key_record("k", Some(1_000), None, Default::default()))
+        .await
+        .unwrap();
+    let holds = hold_three(&s).await;
+    let held = s.writer.busy();
+    tokio::time::timeout(Duration::from_secs(10), settle_each(&s, &holds))
+        .await
+        .expect("a settle does not wait for the writer");
+    assert_eq!(used_on_disk(dir.path()), (0, 0), "not applied yet");
+    // Memory has them: holds released, charges counted.
+    let probe = s
+        .reserve("k", "probe", 0, 1_000, 60)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(probe.amount, 700);
+    drop(held);
+    // A read waits for what was journaled before it.
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 300);
+    assert_eq!(s.recent_usage("k", 10).await.unwrap().len(), 3);
+    assert_eq!(used_on_disk(dir.path()), (300, 3));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_before_the_writer_applies_loses_nothing_and_counts_nothing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = serving(dir.path());
+    s.create_key(&key_record("k", Some(1_000), None, Default::default()))
+        .await
+        .unwrap();
+    let holds = hold_three(&s).await;
+    let held = s.writer.busy();
+    settle_each(&s, &holds).await;
+    // A settle of an id already settled writes nothing more.
+    let again = Reservation {
+        id: "req-0".into(),
+        key_id: "k".into(),
+        amount: 400,
+    };
+    s.settle(&again, 100).await.unwrap();
+    let crashed = crash_copy(dir.path());
+    let journal_then = crash_copy(dir.path());
+    assert_eq!(used_on_disk(crashed.path()), (0, 0));
+    drop(held);
+
+    // The next server applies the journal before it serves, then deletes it.
+    let next = serving(crashed.path());
+    assert_eq!(used_on_disk(crashed.path()), (300, 3));
+    assert_eq!(journal_files(crashed.path()), 1, "only the new, empty file");
+    let probe = next.reserve("k", "p", 0, 1_000, 60).await.unwrap().unwrap();
+    assert_eq!(probe.amount, 700, "memory read after the replay");
+    drop(next);
+
+    // The old journal found again beside a database that has applied it (a process that
+    // was leaving applied it while its successor replayed): nothing counts twice.
+    for e in std::fs::read_dir(journal_then.path()).unwrap() {
+        let e = e.unwrap();
+        if e.file_name().to_string_lossy().starts_with("journal-") {
+            std::fs::copy(e.path(), crashed.path().join(e.file_name())).unwrap();
+        }
+    }
+    let last = serving(crashed.path());
+    assert_eq!(used_on_disk(crashed.path()), (300, 3));
+    assert_eq!(journal_files(crashed.path()), 1);
+    drop(last);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn figures_read_again_while_settles_wait_count_each_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = serving(dir.path());
+    s.create_key(&key_record("k", Some(1_000), None, Default::default()))
+        .await
+        .unwrap();
+    let holds = hold_three(&s).await;
+    let held = s.writer.busy();
+    settle_each(&s, &holds).await;
+    // Another process (the CLI) renames the key meanwhile: the writer reads the accounts
+    // in memory again, with the waiting settles applied first.
+    let other = Connection::open(dir.path().join("gateway.db")).unwrap();
+    other.busy_timeout(Duration::from_secs(5)).unwrap();
+    other
+        .execute("UPDATE keys SET name = 'renamed' WHERE id = 'k'", [])
+        .unwrap();
+    drop(held);
+    s.sync().await.unwrap();
+    let probe = s.reserve("k", "p", 0, 1_000, 60).await.unwrap().unwrap();
+    assert_eq!(probe.amount, 700, "300 charged once");
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().name, "renamed");
+
+    // A key forgotten (created anew) and loaded again while settles of it wait.
+    let r = s.reserve("k", "late", 0, 100, 60).await.unwrap().unwrap();
+    let held = s.writer.busy();
+    s.settle(&r, 50).await.unwrap();
+    s.ledger.forget("k");
+    drop(held);
+    let probe = s.reserve("k", "p2", 0, 1_000, 60).await.unwrap().unwrap();
+    // `p` went with the account; 300 + 50 are charged.
+    assert_eq!(probe.amount, 650, "loaded with the waiting settle");
+}
