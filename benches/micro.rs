@@ -255,7 +255,7 @@ fn main() {
         &format!("{{ embedded: {{ path: \"{}\" }} }}", dir.path().display()),
     );
     let store = rt
-        .block_on(open_store(&cfg.store, false))
+        .block_on(open_store(&cfg.store, true))
         .expect("embedded store opens");
     let input = model_gateway::api::keys::KeyInput {
         quota_usd: Some(Some(1e9)),

@@ -163,29 +163,35 @@ impl BackgroundService for Stopper {
         }
         let gw = self.live.current();
         gw.observe.set_stopping();
-        if self.leave_when_idle {
-            tokio::spawn(leave_when_idle(gw.observe.clone(), gw.store.clone()));
-        }
+        tokio::spawn(close_when_idle(
+            gw.observe.clone(),
+            gw.store.clone(),
+            self.leave_when_idle,
+        ));
         gw.cut
             .after_grace(shutdown, gw.config.limits.shutdown_grace)
             .await;
     }
 }
 
-/// Ends the process once no request is in flight: every request settled its charge
-/// before it ended, and the store hands back what it holds for this instance (Redis
-/// quota leases and the settles batched for them) first, so nothing is lost; on the
-/// embedded store this is also when a new process of an upgrade gets the directory.
-async fn leave_when_idle(observe: Arc<Observer>, store: Arc<dyn Store>) {
+/// Once no request is in flight (every request settled its charge before it ended), the
+/// store hands back what it holds for this instance (Redis quota leases and the settles
+/// batched for them; the embedded store's journaled settles, and its directory, which a
+/// new process of an upgrade then takes), so nothing is lost; then the process ends when
+/// `leave`.
+async fn close_when_idle(observe: Arc<Observer>, store: Arc<dyn Store>, leave: bool) {
     let mut tick = tokio::time::interval(Duration::from_millis(50));
     loop {
         tick.tick().await;
         if observe.in_flight() == 0 {
-            tracing::info!("stopping: no request in flight; leaving");
+            tracing::info!("stopping: no request in flight");
             if let Err(e) = store.close().await {
                 tracing::warn!(error = %e, "the store did not hand everything back");
             }
-            std::process::exit(0);
+            if leave {
+                std::process::exit(0);
+            }
+            return;
         }
     }
 }

@@ -2,11 +2,12 @@
 #![allow(dead_code)]
 
 use model_gateway::config::Config;
-use model_gateway::gateway::open_store;
+use model_gateway::gateway::open_store_waiting;
 use model_gateway::server::{spawn, Running};
 use serde_json::{json, Value};
 use std::net::TcpListener;
 use std::path::Path;
+use std::time::Duration;
 
 pub const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
 
@@ -88,7 +89,9 @@ impl TestGateway {
         let dir = tempfile::tempdir().unwrap();
         let text = config_text(body, &store, dir.path());
         let config = Config::parse(&text, dir.path()).expect("test config is valid");
-        let store = open_store(&config.store, true).await.expect("store opens");
+        let store = open_store_waiting(&config.store, true, Duration::from_secs(20))
+            .await
+            .expect("store opens");
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let admin = TcpListener::bind("127.0.0.1:0").unwrap();
         let (base, admin_base) = (listener.local_addr().unwrap(), admin.local_addr().unwrap());
@@ -118,7 +121,9 @@ impl TestGateway {
         let path = dir.path().join("gateway.yaml");
         std::fs::write(&path, file_text(body, &store, dir.path(), base, admin_base)).unwrap();
         let config = Config::load(&path).expect("test config is valid");
-        let store = open_store(&config.store, true).await.expect("store opens");
+        let store = open_store_waiting(&config.store, true, Duration::from_secs(20))
+            .await
+            .expect("store opens");
         let running = spawn(config, store, listener, Some(admin)).expect("gateway starts");
         let gw = TestGateway {
             base: format!("http://{base}"),

@@ -40,7 +40,7 @@ use super::ledger::Ledger;
 use super::sql::{exec, internal, settle_hold_in, Once};
 use super::usage_rows::UsageRows;
 use super::writer::Work;
-use crate::store::{Micros, StoreResult};
+use crate::store::{Micros, StoreError, StoreResult};
 use parking_lot::Mutex;
 use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
@@ -48,7 +48,7 @@ use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 
 /// A journal file is closed and a new one started past this size; a file is deleted once
@@ -117,8 +117,11 @@ fn parse(line: &str) -> Option<Entry> {
     Some(Entry { seq, settle, usage })
 }
 
+/// A name no other journal file has, even of a store opened again in this process.
 fn file_name(first_seq: u64) -> String {
-    format!("journal-{first_seq:020}-{}.log", std::process::id())
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let n = MADE.fetch_add(1, Ordering::Relaxed);
+    format!("journal-{first_seq:020}-{}-{n}.log", std::process::id())
 }
 
 /// The first entry number a journal file's name gives.
@@ -155,6 +158,8 @@ pub struct Journal {
     /// The last entry written and the last applied (committed to SQLite).
     written: AtomicU64,
     applied: AtomicU64,
+    /// The store was closed: settles commit directly from now on.
+    closed: AtomicBool,
 }
 
 /// What an append did.
@@ -182,6 +187,7 @@ impl Journal {
             }),
             written: AtomicU64::new(seq),
             applied: AtomicU64::new(seq),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -197,6 +203,12 @@ impl Journal {
     ) -> StoreResult<Appended> {
         let body = body(settle.as_ref(), usage.as_ref().map(|(_, u)| u.as_str()))?;
         let mut g = self.inner.lock();
+        if self.is_closed() {
+            // Closed since the caller looked: its retry commits directly.
+            return Err(StoreError::Unavailable(
+                "the store's journal is closed".into(),
+            ));
+        }
         if let Some(s) = &settle {
             if !ledger.claim(&s.key, &s.rid) {
                 ledger.settled(&s.key, &s.rid, s.actual, false, s.on.as_ref(), tokens);
@@ -238,6 +250,17 @@ impl Journal {
             }
         }
         Ok(Appended::Written)
+    }
+
+    /// Takes no more entries (those written are still applied): after it, settles commit
+    /// directly, and the store's directory can pass to another process.
+    pub fn close(&self) {
+        let _g = self.inner.lock();
+        self.closed.store(true, Ordering::Release);
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Keeps appends out while the writer applies every queued entry and reads figures

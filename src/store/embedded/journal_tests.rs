@@ -193,3 +193,23 @@ async fn figures_read_again_while_settles_wait_count_each_once() {
     // `p` went with the account; 300 + 50 are charged.
     assert_eq!(probe.amount, 650, "loaded with the waiting settle");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_applies_the_journal_and_gives_the_directory_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = serving(dir.path());
+    s.create_key(&key_record("k", Some(1_000), None, Default::default()))
+        .await
+        .unwrap();
+    let holds = hold_three(&s).await;
+    settle_each(&s, &holds).await;
+    s.close().await.unwrap();
+    assert_eq!(used_on_disk(dir.path()), (300, 3));
+    // Still works, committing directly.
+    let r = s.reserve("k", "after", 0, 100, 60).await.unwrap().unwrap();
+    s.settle(&r, 10).await.unwrap();
+    assert_eq!(used_on_disk(dir.path()).0, 310);
+    // The next server takes the directory while this one is still open.
+    let next = serving(dir.path());
+    assert_eq!(next.get_key("k").await.unwrap().unwrap().quota_used, 310);
+}

@@ -1,16 +1,19 @@
 //! The embedded store: SQLite in WAL mode, the default, for a single node.
 //!
-//! Three kinds of work, three places, so the request path never queues behind a commit
-//! it does not need:
+//! Four kinds of work, four places, so the request path never queues behind a commit:
 //! - **reserve and extend** are decided in memory ([`ledger`]): one lock, no statement;
-//! - **settles, usage records and every other change** go to the one writer thread
-//!   ([`writer`]), which commits them in groups (under load, a commit carries every
-//!   settle and record that arrived within a fraction of a millisecond; at low load a
-//!   settle commits alone on its own thread, sparing two thread hand-offs); a settle
-//!   answers once its charge and record are committed, so `kill -9` loses no answered
-//!   charge;
+//! - **a request's settle and usage record**, in the serving process (the one holding the
+//!   store's lock), are made durable by one append to the settle journal ([`journal`]),
+//!   counted in memory at once, and applied to SQLite by the writer thread, a couple of
+//!   milliseconds' worth per commit; `kill -9` loses no answered charge (the next server
+//!   applies what the journal holds before it serves);
+//! - **every other change** (keys, groups, tasks, a task's settle) and every change made
+//!   by another process go to the one writer thread ([`writer`]), which commits them in
+//!   groups and answers once they are committed (a process without the lock, such as the
+//!   CLI, commits its settles there too: alone on its thread at low load);
 //! - **key lookups and log reads** run on read connections ([`readers`]): WAL readers
-//!   never wait for the writer, and an unknown key never reaches it.
+//!   never wait for the writer, and an unknown key never reaches it. Reads of spend and
+//!   usage first wait for the settles journaled before them to be applied.
 //!
 //! Other processes (the CLI) may use the same file at the same time: SQLite's own locking
 //! and `busy_timeout` handle that, and the writer re-reads the accounts it holds in memory
@@ -327,6 +330,11 @@ impl EmbeddedStore {
         self.write(false, f, |_, _| {}).await
     }
 
+    /// The journal, while it takes settles.
+    fn journaling(&self) -> Option<&Arc<journal::Journal>> {
+        self.journal.get().filter(|j| !j.is_closed())
+    }
+
     /// Waits until every settle and record journaled so far is in the database, for reads
     /// that must see them (a key's spend, its usage records).
     async fn sync(&self) -> StoreResult<()> {
@@ -413,7 +421,7 @@ impl EmbeddedStore {
             None => None,
         };
         // A request's settle is journaled; a task's commits (its row must go with it).
-        if let Some(j) = self.journal.get().filter(|_| !durable(&r.id)) {
+        if let Some(j) = self.journaling().filter(|_| !durable(&r.id)) {
             let settle = journal::Settle {
                 now: self.clock.now(),
                 prune: self.settle_prune_due(),
@@ -665,7 +673,7 @@ impl Store for EmbeddedStore {
     async fn append_usage(&self, rec: &UsageRecord) -> StoreResult<()> {
         let text = serde_json::to_string(rec).map_err(internal)?;
         let key_id = rec.key_id.clone();
-        if let Some(j) = self.journal.get() {
+        if let Some(j) = self.journaling() {
             return j
                 .append(&self.ledger, None, Some((key_id, text)), None)
                 .map(|_| ());
@@ -723,6 +731,18 @@ impl Store for EmbeddedStore {
 
     async fn ping(&self) -> StoreResult<()> {
         self.call(|_| Ok(())).await
+    }
+
+    /// Stops journaling, applies what was journaled, and gives the directory up: the next
+    /// server (an upgrade's new process) takes it without replaying anything. Settles
+    /// after this commit directly.
+    async fn close(&self) -> StoreResult<()> {
+        if let Some(j) = self.journal.get() {
+            j.close();
+            self.sync().await?;
+        }
+        *self.lock.lock() = None;
+        Ok(())
     }
 
     fn usage_query(&self) -> Option<&dyn super::usage_query::UsageQuery> {

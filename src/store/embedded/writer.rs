@@ -14,6 +14,10 @@
 //! answer); with `synchronous=NORMAL`, an OS crash or power loss may lose the last
 //! transactions.
 //!
+//! Journaled entries ([`journal`]) are the exception: nobody waits for them, so the
+//! writer gathers them for up to [`GATHER`] before applying them all in one commit,
+//! unless a job comes first. They are applied before the jobs of their group.
+//!
 //! Between two commits it also notices another process's commits (the CLI changing a
 //! key) with `PRAGMA data_version`, and reads the accounts in memory again.
 
