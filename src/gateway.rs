@@ -241,6 +241,9 @@ pub async fn open_store_waiting(
     match cfg {
         StoreConfig::Embedded { path } => {
             let s = EmbeddedStore::open(path)?;
+            if !exclusive {
+                s.catch_up_with_journal()?;
+            }
             if exclusive {
                 let deadline = Instant::now() + wait;
                 let mut told = false;

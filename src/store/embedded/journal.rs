@@ -31,7 +31,10 @@
 //!   applied, so the files hold at most a few seconds of settles.
 //!
 //! Only the process holding the store's lock (the server) journals; the CLI and other
-//! processes that open the file commit their writes directly.
+//! processes that open the file commit their writes directly. When they open it, they
+//! apply what the journal files hold beyond the database (a crashed server's entries,
+//! or a running server's not yet applied: each counts once whoever applies it), so
+//! they see every answered settle; the files stay the server's to delete.
 //!
 //! A line: `SEQ \t SETTLE \t USAGE \n`, each of the last two a JSON object or `-`.
 
@@ -313,7 +316,12 @@ pub fn recover(dir: &Path) -> StoreResult<(Vec<PathBuf>, Vec<Entry>)> {
     files.sort();
     let mut entries = Vec::new();
     for (_, path) in &files {
-        let text = std::fs::read(path).map_err(internal)?;
+        let text = match std::fs::read(path) {
+            Ok(t) => t,
+            // Deleted meanwhile by the server: every entry in it was applied.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(internal(e)),
+        };
         let text = String::from_utf8_lossy(&text);
         // Only lines ended by their newline were written whole.
         let whole = text.rfind('\n').map_or("", |end| &text[..end]);

@@ -213,3 +213,26 @@ async fn closing_applies_the_journal_and_gives_the_directory_up() {
     let next = serving(dir.path());
     assert_eq!(next.get_key("k").await.unwrap().unwrap().quota_used, 310);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_applies_what_the_server_has_not_yet_and_nothing_counts_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = serving(dir.path());
+    s.create_key(&key_record("k", Some(1_000), None, Default::default()))
+        .await
+        .unwrap();
+    let holds = hold_three(&s).await;
+    let held = s.writer.busy();
+    settle_each(&s, &holds).await;
+    // The CLI, opened while the server's writer has applied nothing of them.
+    let cli = EmbeddedStore::open(dir.path()).unwrap();
+    cli.catch_up_with_journal().unwrap();
+    assert_eq!(cli.get_key("k").await.unwrap().unwrap().quota_used, 300);
+    assert_eq!(journal_files(dir.path()), 1, "the server's file stays");
+    drop(held);
+    // The server's writer finds them applied.
+    assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 300);
+    assert_eq!(used_on_disk(dir.path()), (300, 3));
+    let probe = s.reserve("k", "p", 0, 1_000, 60).await.unwrap().unwrap();
+    assert_eq!(probe.amount, 700);
+}

@@ -187,32 +187,55 @@ impl EmbeddedStore {
             ))
         })?;
         *self.lock.lock() = Some(f);
-        let conn = Connection::open(self.dir.join("gateway.db")).map_err(internal)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(internal)?;
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        // Settles the last process journaled but did not apply, in the same transaction.
-        let (files, entries) = journal::recover(&self.dir)?;
-        conn.execute_batch("BEGIN IMMEDIATE").map_err(internal)?;
-        let r = journal::apply(&conn, &entries, &self.usage_rows).and_then(|last| {
+        let (files, last) = self.catch_up(|conn| {
             // Not `LIKE 'task_%'`: `_` is a LIKE wildcard.
             exec(
-                &conn,
+                conn,
                 "DELETE FROM reservations WHERE substr(id, 1, 5) <> 'task_'",
                 [],
             )
             .and_then(|_| {
                 exec(
-                    &conn,
+                    conn,
                     "UPDATE tasks SET due_at = ?1 WHERE due_at > ?1",
                     [now_ms],
                 )
             })
-            .and_then(|_| conn.execute_batch("COMMIT"))
+            .map(|_| ())
             .map_err(internal)
-            .map(|_| last)
+        })?;
+        // Deleted before the new file is made: its name may be one of theirs.
+        for f in files {
+            if let Err(e) = std::fs::remove_file(&f) {
+                tracing::warn!(file = %f.display(), error = %e, "cannot delete an applied journal file");
+            }
+        }
+        let j = Arc::new(journal::Journal::start(&self.dir, last, self.jobs.clone())?);
+        self.writer.set_journal(&j);
+        let _ = self.journal.set(j);
+        Ok(())
+    }
+
+    /// Applies, in one transaction with `also`, what the journal files hold beyond what
+    /// the database has, then reads memory again (what the store read when it opened may
+    /// predate them). Returns the files and the last entry the database now has. Each
+    /// entry counts once whoever applies it: the server that journaled it, its successor,
+    /// or another process.
+    fn catch_up(
+        &self,
+        also: impl FnOnce(&Connection) -> StoreResult<()>,
+    ) -> StoreResult<(Vec<PathBuf>, u64)> {
+        let conn = Connection::open(self.dir.join("gateway.db")).map_err(internal)?;
+        conn.busy_timeout(writer::BUSY_TIMEOUT).map_err(internal)?;
+        let (files, entries) = journal::recover(&self.dir)?;
+        conn.execute_batch("BEGIN IMMEDIATE").map_err(internal)?;
+        let r = journal::apply(&conn, &entries, &self.usage_rows).and_then(|last| {
+            also(&conn)?;
+            conn.execute_batch("COMMIT").map_err(internal)?;
+            Ok(last)
         });
         let last = match r {
             Ok(last) => last,
@@ -221,20 +244,17 @@ impl EmbeddedStore {
                 return Err(e);
             }
         };
-        // What the store read into memory when it opened predates those settles.
         self.ledger.clear();
         sql::load_task_holders(&conn, &self.ledger)?;
-        // Deleted before the new file is made: its name may be one of theirs.
-        for f in files {
-            if let Err(e) = std::fs::remove_file(&f) {
-                tracing::warn!(file = %f.display(), error = %e, "cannot delete an applied journal file");
-            }
-        }
-        let seq = entries.last().map_or(last, |e| e.seq.max(last));
-        let j = Arc::new(journal::Journal::start(&self.dir, seq, self.jobs.clone())?);
-        self.writer.set_journal(&j);
-        let _ = self.journal.set(j);
-        Ok(())
+        Ok((files, entries.last().map_or(last, |e| e.seq.max(last))))
+    }
+
+    /// For a process beside the server (the CLI): applies what the server journaled and
+    /// has not applied yet (or left by a crash), so this process's reads see every
+    /// answered settle. The files stay: they are the server's (or its successor's) to
+    /// delete.
+    pub fn catch_up_with_journal(&self) -> StoreResult<()> {
+        self.catch_up(|_| Ok(())).map(|_| ())
     }
 
     /// Jobs the writer has run and commits it has made since the store opened.
