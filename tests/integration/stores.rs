@@ -146,27 +146,8 @@ async fn embedded_store_survives_kill_9_of_the_real_binary() {
             .unwrap();
         assert_eq!(r.status(), 200);
     }
-    // A record is committed just after its response; kill once all three are committed.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let log: Value = http
-            .get(format!("{base}/api/log/token"))
-            .bearer_auth(&key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if log["data"].as_array().unwrap().len() == 3 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "records never committed: {log}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // Each charge and record is durable (journaled) before its response ends: kill at
+    // once, most likely before the store has applied the last of them to its database.
     child.kill().unwrap(); // SIGKILL: no shutdown code runs
     child.wait().unwrap();
 
