@@ -42,7 +42,6 @@ use super::figures::On;
 use super::ledger::Ledger;
 use super::sql::{exec, internal, settle_hold_in, Once};
 use super::usage_rows::UsageRows;
-use super::writer::Work;
 use crate::store::{Micros, StoreError, StoreResult};
 use parking_lot::Mutex;
 use rusqlite::Connection;
@@ -52,7 +51,6 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
 
 /// A journal file is closed and a new one started past this size; a file is deleted once
 /// every entry in it is applied.
@@ -152,8 +150,12 @@ struct Inner {
     torn: bool,
     /// Files not yet deleted, oldest first, with their first entry; the last is written.
     files: VecDeque<(u64, PathBuf)>,
-    tx: Sender<Work>,
+    /// Hands a written entry to the writer, in the order of the entries' numbers.
+    queue: Queue,
 }
+
+/// Where written entries go (the writer's queue).
+pub type Queue = Box<dyn Fn(Entry) + Send>;
 
 pub struct Journal {
     dir: PathBuf,
@@ -176,7 +178,7 @@ pub enum Appended {
 
 impl Journal {
     /// Starts a journal whose entries follow `seq` (every entry up to it is applied).
-    pub fn start(dir: &Path, seq: u64, tx: Sender<Work>) -> StoreResult<Journal> {
+    pub fn start(dir: &Path, seq: u64, queue: Queue) -> StoreResult<Journal> {
         let (file, path) = create(dir, seq + 1)?;
         Ok(Journal {
             dir: dir.to_path_buf(),
@@ -186,7 +188,7 @@ impl Journal {
                 seq,
                 torn: false,
                 files: VecDeque::from([(seq + 1, path)]),
-                tx,
+                queue,
             }),
             written: AtomicU64::new(seq),
             applied: AtomicU64::new(seq),
@@ -239,9 +241,7 @@ impl Journal {
         if let Some(s) = &settle {
             ledger.settled(&s.key, &s.rid, s.actual, true, s.on.as_ref(), tokens);
         }
-        // The writer gone means the store is closing: the entry is on disk, and the next
-        // process to open the store applies it.
-        let _ = g.tx.send(Work::Entry(Entry { seq, settle, usage }));
+        (g.queue)(Entry { seq, settle, usage });
         if g.bytes >= ROTATE_BYTES {
             match create(&self.dir, seq + 1) {
                 Ok((file, path)) => {

@@ -1,6 +1,7 @@
 //! The settle journal of a store that holds its lock: settles answer before the writer
 //! applies them, a crash before it does loses nothing, and nothing counts twice.
 
+use super::policy_tests::usage;
 use super::tests::key_record;
 use super::*;
 use std::time::Duration;
@@ -11,27 +12,6 @@ fn serving(dir: &Path) -> EmbeddedStore {
     let s = EmbeddedStore::open_with(dir, false).unwrap();
     s.lock_exclusive().unwrap();
     s
-}
-
-fn record(id: &str, key: &str, cost: Micros) -> UsageRecord {
-    UsageRecord {
-        request_id: id.into(),
-        time_ms: 1_000,
-        key_id: key.into(),
-        endpoint: "/v1/chat/completions".into(),
-        model: "m".into(),
-        channel: "c".into(),
-        prompt_tokens: 3,
-        completion_tokens: 4,
-        cached_tokens: 0,
-        cost,
-        estimated: false,
-        overrun: 0,
-        status: 200,
-        latency_ms: 1,
-        stream: false,
-        group: None,
-    }
 }
 
 /// What a crash leaves: the store's files as they are now (nothing is being committed:
@@ -71,19 +51,24 @@ fn used_on_disk(dir: &Path) -> (i64, i64) {
     (used, rows)
 }
 
-/// Holds three requests' money (before the writer is held: the key is loaded by it).
-async fn hold_three(s: &EmbeddedStore) -> Vec<Reservation> {
-    let mut out = Vec::new();
+/// A serving store with key `k` (a cap of 1,000) and three requests' holds on it, made
+/// before any test holds the writer (the key is loaded by it).
+async fn serving_with_three_holds(dir: &Path) -> (EmbeddedStore, Vec<Reservation>) {
+    let s = serving(dir);
+    s.create_key(&key_record("k", Some(1_000), None, Default::default()))
+        .await
+        .unwrap();
+    let mut holds = Vec::new();
     for n in 0..3 {
         let id = format!("req-{n}");
-        out.push(s.reserve("k", &id, 0, 400, 60).await.unwrap().unwrap());
+        holds.push(s.reserve("k", &id, 0, 400, 60).await.unwrap().unwrap());
     }
-    out
+    (s, holds)
 }
 
 async fn settle_each(s: &EmbeddedStore, holds: &[Reservation]) {
     for r in holds {
-        s.settle_logged(r, 100, &record(&r.id, "k", 100))
+        s.settle_logged(r, 100, &usage("k", &r.id, 3, 4, 100))
             .await
             .unwrap();
     }
@@ -92,11 +77,7 @@ async fn settle_each(s: &EmbeddedStore, holds: &[Reservation]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settles_answer_before_the_writer_applies_them_and_count_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let s = serving(dir.path());
-    s.create_key(&key_record("k", Some(1_000), None, Default::default()))
-        .await
-        .unwrap();
-    let holds = hold_three(&s).await;
+    let (s, holds) = serving_with_three_holds(dir.path()).await;
     let held = s.writer.busy();
     tokio::time::timeout(Duration::from_secs(10), settle_each(&s, &holds))
         .await
@@ -119,11 +100,7 @@ async fn settles_answer_before_the_writer_applies_them_and_count_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_before_the_writer_applies_loses_nothing_and_counts_nothing_twice() {
     let dir = tempfile::tempdir().unwrap();
-    let s = serving(dir.path());
-    s.create_key(&key_record("k", Some(1_000), None, Default::default()))
-        .await
-        .unwrap();
-    let holds = hold_three(&s).await;
+    let (s, holds) = serving_with_three_holds(dir.path()).await;
     let held = s.writer.busy();
     settle_each(&s, &holds).await;
     // A settle of an id already settled writes nothing more.
@@ -163,11 +140,7 @@ async fn a_crash_before_the_writer_applies_loses_nothing_and_counts_nothing_twic
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn figures_read_again_while_settles_wait_count_each_once() {
     let dir = tempfile::tempdir().unwrap();
-    let s = serving(dir.path());
-    s.create_key(&key_record("k", Some(1_000), None, Default::default()))
-        .await
-        .unwrap();
-    let holds = hold_three(&s).await;
+    let (s, holds) = serving_with_three_holds(dir.path()).await;
     let held = s.writer.busy();
     settle_each(&s, &holds).await;
     // Another process (the CLI) renames the key meanwhile: the writer reads the accounts
@@ -197,11 +170,7 @@ async fn figures_read_again_while_settles_wait_count_each_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn closing_applies_the_journal_and_gives_the_directory_up() {
     let dir = tempfile::tempdir().unwrap();
-    let s = serving(dir.path());
-    s.create_key(&key_record("k", Some(1_000), None, Default::default()))
-        .await
-        .unwrap();
-    let holds = hold_three(&s).await;
+    let (s, holds) = serving_with_three_holds(dir.path()).await;
     settle_each(&s, &holds).await;
     s.close().await.unwrap();
     assert_eq!(used_on_disk(dir.path()), (300, 3));
@@ -217,11 +186,7 @@ async fn closing_applies_the_journal_and_gives_the_directory_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_process_applies_what_the_server_has_not_yet_and_nothing_counts_twice() {
     let dir = tempfile::tempdir().unwrap();
-    let s = serving(dir.path());
-    s.create_key(&key_record("k", Some(1_000), None, Default::default()))
-        .await
-        .unwrap();
-    let holds = hold_three(&s).await;
+    let (s, holds) = serving_with_three_holds(dir.path()).await;
     let held = s.writer.busy();
     settle_each(&s, &holds).await;
     // The CLI, opened while the server's writer has applied nothing of them.

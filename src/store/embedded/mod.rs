@@ -40,6 +40,7 @@
 //! counters; the keys holding task reservations are loaded when the store opens.
 
 mod counters;
+mod directory;
 mod figures;
 mod groups;
 mod journal;
@@ -171,90 +172,6 @@ impl EmbeddedStore {
             settles: AtomicU64::new(0),
             clock,
         })
-    }
-
-    /// Claims the directory for one server process. Reservations left by a previous
-    /// server are dropped: a restarted single node has no request in flight. Video task
-    /// reservations (their id is the task id, `task_...`) stay: their tasks outlive the
-    /// process and settle them when they end. Open tasks are made due now: their leases
-    /// were held by the process that stopped, and nobody else polls a single node.
-    pub fn lock_exclusive(&self) -> StoreResult<()> {
-        let f = File::create(self.dir.join("LOCK")).map_err(internal)?;
-        f.try_lock().map_err(|_| {
-            StoreError::Conflict(format!(
-                "{} is in use by another gateway",
-                self.dir.display()
-            ))
-        })?;
-        *self.lock.lock() = Some(f);
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
-        let (files, last) = self.catch_up(|conn| {
-            // Not `LIKE 'task_%'`: `_` is a LIKE wildcard.
-            exec(
-                conn,
-                "DELETE FROM reservations WHERE substr(id, 1, 5) <> 'task_'",
-                [],
-            )
-            .and_then(|_| {
-                exec(
-                    conn,
-                    "UPDATE tasks SET due_at = ?1 WHERE due_at > ?1",
-                    [now_ms],
-                )
-            })
-            .map(|_| ())
-            .map_err(internal)
-        })?;
-        // Deleted before the new file is made: its name may be one of theirs.
-        for f in files {
-            if let Err(e) = std::fs::remove_file(&f) {
-                tracing::warn!(file = %f.display(), error = %e, "cannot delete an applied journal file");
-            }
-        }
-        let j = Arc::new(journal::Journal::start(&self.dir, last, self.jobs.clone())?);
-        self.writer.set_journal(&j);
-        let _ = self.journal.set(j);
-        Ok(())
-    }
-
-    /// Applies, in one transaction with `also`, what the journal files hold beyond what
-    /// the database has, then reads memory again (what the store read when it opened may
-    /// predate them). Returns the files and the last entry the database now has. Each
-    /// entry counts once whoever applies it: the server that journaled it, its successor,
-    /// or another process.
-    fn catch_up(
-        &self,
-        also: impl FnOnce(&Connection) -> StoreResult<()>,
-    ) -> StoreResult<(Vec<PathBuf>, u64)> {
-        let conn = Connection::open(self.dir.join("gateway.db")).map_err(internal)?;
-        conn.busy_timeout(writer::BUSY_TIMEOUT).map_err(internal)?;
-        let (files, entries) = journal::recover(&self.dir)?;
-        conn.execute_batch("BEGIN IMMEDIATE").map_err(internal)?;
-        let r = journal::apply(&conn, &entries, &self.usage_rows).and_then(|last| {
-            also(&conn)?;
-            conn.execute_batch("COMMIT").map_err(internal)?;
-            Ok(last)
-        });
-        let last = match r {
-            Ok(last) => last,
-            Err(e) => {
-                let _ = conn.execute_batch("ROLLBACK");
-                return Err(e);
-            }
-        };
-        self.ledger.clear();
-        sql::load_task_holders(&conn, &self.ledger)?;
-        Ok((files, entries.last().map_or(last, |e| e.seq.max(last))))
-    }
-
-    /// For a process beside the server (the CLI): applies what the server journaled and
-    /// has not applied yet (or left by a crash), so this process's reads see every
-    /// answered settle. The files stay: they are the server's (or its successor's) to
-    /// delete.
-    pub fn catch_up_with_journal(&self) -> StoreResult<()> {
-        self.catch_up(|_| Ok(())).map(|_| ())
     }
 
     /// Jobs the writer has run and commits it has made since the store opened.

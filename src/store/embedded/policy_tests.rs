@@ -76,7 +76,13 @@ async fn standing(s: &EmbeddedStore, scope: Scope, id: &str, at: i64) -> Standin
         .unwrap()
 }
 
-fn usage(key_id: &str, rid: &str, prompt: u64, completion: u64, cost: Micros) -> UsageRecord {
+pub(super) fn usage(
+    key_id: &str,
+    rid: &str,
+    prompt: u64,
+    completion: u64,
+    cost: Micros,
+) -> UsageRecord {
     UsageRecord {
         request_id: rid.into(),
         time_ms: AT * 1000,
