@@ -251,6 +251,10 @@ pub enum Event {
     /// The upstream reported an error inside the stream. Its text is not kept: the client
     /// is told a stable sanitized message (spec 7.2).
     Error,
+    /// The upstream's stream broke here: an event that could not be read. It comes once,
+    /// in its place among the events, so the client's stream ends exactly there whatever
+    /// the reads' boundaries (only usage reports follow it).
+    Broken(Fault),
 }
 
 /// Upstream stream bytes → events. Never assumes one read is one event; buffers are
@@ -258,9 +262,9 @@ pub enum Event {
 ///
 /// At the first event that cannot be read (oversized, not UTF-8, not the protocol's
 /// JSON: half an event, say) `feed` or `flush` answer `Err` and keep answering it: the
-/// events before the fault are in `events`, and from then on only usage reports are
-/// added (the client's answer ends at the fault; the bill still counts what the
-/// upstream reports later).
+/// events before the fault are in `events`, then [`Event::Broken`], and from then on
+/// only usage reports are added (the client's answer ends at the fault; the bill still
+/// counts what the upstream reports later).
 pub trait StreamDecoder: Send {
     /// Bytes in, any split; completed events appended to `events`.
     fn feed(&mut self, chunk: &[u8], events: &mut Vec<Event>) -> Result<(), StreamBroken>;
@@ -297,7 +301,10 @@ pub fn decode_json<D>(
         Ok(Some(v)) => v,
         Ok(None) => return,
         Err(f) => {
-            broken.get_or_insert(f);
+            if broken.is_none() {
+                *broken = Some(f);
+                events.push(Event::Broken(f));
+            }
             return;
         }
     };

@@ -329,3 +329,36 @@ fn every_translator_counts_the_output_bytes_it_carried() {
         }
     }
 }
+
+/// A fault as the very first event, then a usage report in the same read: the client
+/// sees the same bytes whether the two arrive together or one byte at a time (the usage
+/// that follows the fault must not open the client's stream before its error).
+#[test]
+fn a_fault_first_gives_the_same_client_stream_whole_or_in_pieces() {
+    for (up, client) in pairs() {
+        let mut input = b"data: : keep-alive\n\n".to_vec();
+        input.extend_from_slice(upstream(up, &Piece::End, &mut 100).as_bytes());
+        let run = |step: usize| {
+            let mut t = stream_translator(up, client, ctx());
+            let mut out = Vec::new();
+            for piece in input.chunks(step) {
+                t.feed(piece, &mut out);
+            }
+            t.finish(None, &mut out);
+            (out, t.usage().output_tokens)
+        };
+        let what = format!("{up:?} -> {client:?}");
+        let (whole, tokens) = run(input.len());
+        let (bytes, _) = run(1);
+        assert_eq!(
+            String::from_utf8_lossy(&whole),
+            String::from_utf8_lossy(&bytes),
+            "{what}"
+        );
+        assert!(
+            ends_with_the_error_event(client, &client_events(&whole)),
+            "{what}"
+        );
+        assert_eq!(tokens, 4, "{what}: the usage after the fault is billed");
+    }
+}

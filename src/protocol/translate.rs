@@ -51,9 +51,16 @@ impl Translated {
                 // Usage after the client's stream closed still counts for billing.
                 continue;
             }
-            if ev == Event::Error {
-                self.end_with_error("The upstream provider reported an error mid-stream.", out);
-                continue;
+            match ev {
+                Event::Error => {
+                    self.end_with_error("The upstream provider reported an error mid-stream.", out);
+                    continue;
+                }
+                Event::Broken(fault) => {
+                    self.end_with_error(fault.message(), out);
+                    continue;
+                }
+                _ => {}
             }
             if let Event::Text(t) | Event::Thinking(t) | Event::ToolCallArgs { fragment: t, .. } =
                 &ev

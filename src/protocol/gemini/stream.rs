@@ -118,7 +118,11 @@ impl StreamEncoder for Encoder {
             Event::Finish(f) => self.finish = Some(f.clone()),
             // Redacted reasoning has no form in this protocol; errors end the stream
             // through `finish`.
-            Event::Text(_) | Event::Thinking(_) | Event::RedactedThinking(_) | Event::Error => {}
+            Event::Text(_)
+            | Event::Thinking(_)
+            | Event::RedactedThinking(_)
+            | Event::Error
+            | Event::Broken(_) => {}
         }
     }
 

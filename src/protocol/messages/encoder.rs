@@ -321,7 +321,7 @@ impl StreamEncoder for Encoder {
             Event::Usage(u) => self.usage = *u,
             Event::Finish(f) => self.finish = Some(f.clone()),
             // The translator ends the stream through `finish(Some(..))`.
-            Event::Error => {}
+            Event::Error | Event::Broken(_) => {}
         }
     }
 

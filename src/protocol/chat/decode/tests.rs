@@ -133,7 +133,8 @@ fn a_stream_cut_before_done_is_not_complete() {
     let cut = &full[..full.find(r#""index":1,"function""#).unwrap() - 40];
     let (events, complete) = events_of(cut);
     assert!(!complete);
-    assert_eq!(events.len(), 5, "{events:?}");
+    assert_eq!(events.len(), 6, "{events:?}");
+    assert_eq!(events.last(), Some(&Event::Broken(Fault::Cut)));
 }
 
 /// Half an event, then more: the stream breaks at the half event; only usage reports
@@ -163,6 +164,7 @@ fn half_an_event_breaks_the_stream_and_later_usage_still_counts() {
             events,
             vec![
                 Event::Text("Hel".into()),
+                Event::Broken(Fault::NotJson),
                 Event::Usage(Usage {
                     input_tokens: 3,
                     output_tokens: 2,
@@ -300,7 +302,10 @@ fn an_oversized_event_breaks_the_stream() {
         d.feed(&huge, &mut events),
         Err(StreamBroken(Fault::TooLarge))
     );
-    assert_eq!(events, vec![Event::Text("ok".into())]);
+    assert_eq!(
+        events,
+        vec![Event::Text("ok".into()), Event::Broken(Fault::TooLarge)]
+    );
 }
 
 /// Chat upstream → pivot → chat client: the whole path, in every split, gives the same
