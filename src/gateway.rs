@@ -241,9 +241,6 @@ pub async fn open_store_waiting(
     match cfg {
         StoreConfig::Embedded { path } => {
             let s = EmbeddedStore::open(path)?;
-            if !exclusive {
-                s.catch_up_with_journal()?;
-            }
             if exclusive {
                 let deadline = Instant::now() + wait;
                 let mut told = false;
@@ -261,6 +258,9 @@ pub async fn open_store_waiting(
                         Err(e) => return Err(e),
                     }
                 }
+            } else {
+                // Beside a server: its settles not yet in the database count too.
+                s.catch_up_with_journal()?;
             }
             Ok(Arc::new(s))
         }

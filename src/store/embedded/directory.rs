@@ -28,7 +28,7 @@ impl EmbeddedStore {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        let (files, last) = self.catch_up(|conn| {
+        let (files, last) = self.catch_up(false, |conn| {
             // Not `LIKE 'task_%'`: `_` is a LIKE wildcard.
             exec(
                 conn,
@@ -65,16 +65,23 @@ impl EmbeddedStore {
     /// the database has, then reads memory again (what the store read when it opened may
     /// predate them). Returns the files and the last entry the database now has. Each
     /// entry counts once whoever applies it: the server that journaled it, its successor,
-    /// or another process.
+    /// or another process. `beside_server`: a server may still be appending, so only the
+    /// entries up to the first missing number are applied (the rest are its to apply).
     fn catch_up(
         &self,
+        beside_server: bool,
         also: impl FnOnce(&Connection) -> StoreResult<()>,
     ) -> StoreResult<(Vec<PathBuf>, u64)> {
         let conn = Connection::open(self.dir.join("gateway.db")).map_err(internal)?;
         conn.busy_timeout(writer::BUSY_TIMEOUT).map_err(internal)?;
         let (files, entries) = journal::recover(&self.dir)?;
         conn.execute_batch("BEGIN IMMEDIATE").map_err(internal)?;
-        let r = journal::apply(&conn, &entries, &self.usage_rows).and_then(|last| {
+        let ready = match beside_server {
+            true => journal::last_applied(&conn).map(|done| journal::contiguous(&entries, done)),
+            false => Ok(&entries[..]),
+        };
+        let r = ready.and_then(|ready| {
+            let last = journal::apply(&conn, ready, &self.usage_rows)?;
             also(&conn)?;
             conn.execute_batch("COMMIT").map_err(internal)?;
             Ok(last)
@@ -96,6 +103,6 @@ impl EmbeddedStore {
     /// answered settle. The files stay: they are the server's (or its successor's) to
     /// delete.
     pub fn catch_up_with_journal(&self) -> StoreResult<()> {
-        self.catch_up(|_| Ok(())).map(|_| ())
+        self.catch_up(true, |_| Ok(())).map(|_| ())
     }
 }

@@ -4,9 +4,10 @@
 //!
 //! A settle committed to SQLite on its own path cost a commit's share (every touched page
 //! written to the write-ahead log, under `fcntl` locks) and made the request wait for the
-//! commit ahead of its own. An append is one `write` into the page cache, as durable
-//! against a process crash or `kill -9` as a commit with `synchronous=NORMAL` (both are
-//! lost only with the machine). The writer then applies a couple of milliseconds' worth
+//! commit ahead of its own. An append is a copy into the file's pages, mapped shared
+//! ([`super::mapped`]): no system call, and as durable against a process crash or `kill -9`
+//! as a commit with `synchronous=NORMAL` (the page cache holds both; both are lost only
+//! with the machine). The writer then applies a couple of milliseconds' worth
 //! of entries in one transaction ([`apply`]), so a commit carries dozens of settles
 //! instead of a handful.
 //!
@@ -27,19 +28,24 @@
 //!   (a graceful upgrade) and replayed by its successor counts once.
 //! - **Recovery.** The process that takes the store's lock applies every journal file it
 //!   finds before serving ([`recover`]) and deletes them; a line cut short by a crash was
-//!   never answered and is ignored. The writer deletes a file once every entry in it is
+//!   never answered and is ignored. A file is made at its full size, zero-filled, so
+//!   what follows its last line is zeros. The writer deletes a file once every entry in it is
 //!   applied, so the files hold at most a few seconds of settles.
 //!
 //! Only the process holding the store's lock (the server) journals; the CLI and other
 //! processes that open the file commit their writes directly. When they open it, they
 //! apply what the journal files hold beyond the database (a crashed server's entries,
 //! or a running server's not yet applied: each counts once whoever applies it), so
-//! they see every answered settle; the files stay the server's to delete.
+//! they see every answered settle; the files stay the server's to delete. Reading
+//! beside a server that is copying a line in, such a process may see that line part
+//! zeros and a later one whole, so it applies entries only up to the first missing
+//! number ([`contiguous`]).
 //!
 //! A line: `SEQ \t SETTLE \t USAGE \n`, each of the last two a JSON object or `-`.
 
 use super::figures::On;
 use super::ledger::Ledger;
+use super::mapped::MappedFile;
 use super::sql::{exec, internal, settle_hold_in, Once};
 use super::usage_rows::UsageRows;
 use crate::store::{Micros, StoreError, StoreResult};
@@ -47,14 +53,13 @@ use parking_lot::Mutex;
 use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// A journal file is closed and a new one started past this size; a file is deleted once
-/// every entry in it is applied.
-const ROTATE_BYTES: u64 = 4 << 20;
+/// The size a journal file is made at; a new one is started when a line does not fit.
+/// A file is deleted once every entry in it is applied.
+const FILE_BYTES: usize = if cfg!(test) { 256 << 10 } else { 4 << 20 };
 
 /// A settle as journaled: what the commit on SQLite needs, without the ledger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -131,23 +136,16 @@ fn first_of(name: &str) -> Option<u64> {
     rest.split('-').next()?.parse().ok()
 }
 
-fn create(dir: &Path, first_seq: u64) -> StoreResult<(File, PathBuf)> {
+fn create(dir: &Path, first_seq: u64, len: usize) -> StoreResult<(MappedFile, PathBuf)> {
     let path = dir.join(file_name(first_seq));
-    let f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(internal)?;
+    let f = MappedFile::create(&path, len.max(FILE_BYTES)).map_err(internal)?;
     Ok((f, path))
 }
 
 struct Inner {
-    file: File,
-    bytes: u64,
+    file: MappedFile,
     /// The last entry written.
     seq: u64,
-    /// A write failed part way: the next one first ends the cut line.
-    torn: bool,
     /// Files not yet deleted, oldest first, with their first entry; the last is written.
     files: VecDeque<(u64, PathBuf)>,
     /// Hands a written entry to the writer, in the order of the entries' numbers.
@@ -179,14 +177,12 @@ pub enum Appended {
 impl Journal {
     /// Starts a journal whose entries follow `seq` (every entry up to it is applied).
     pub fn start(dir: &Path, seq: u64, queue: Queue) -> StoreResult<Journal> {
-        let (file, path) = create(dir, seq + 1)?;
+        let (file, path) = create(dir, seq + 1, FILE_BYTES)?;
         Ok(Journal {
             dir: dir.to_path_buf(),
             inner: Mutex::new(Inner {
                 file,
-                bytes: 0,
                 seq,
-                torn: false,
                 files: VecDeque::from([(seq + 1, path)]),
                 queue,
             }),
@@ -221,37 +217,37 @@ impl Journal {
             }
         }
         let seq = g.seq + 1;
-        let mut line = Vec::with_capacity(body.len() + 22);
-        if g.torn {
-            line.push(b'\n');
+        // The line is its number, then the body made before the lock was taken.
+        let mut digits = [0u8; 20];
+        let n = {
+            let mut rest = &mut digits[..];
+            let _ = write!(rest, "{seq}");
+            20 - rest.len()
+        };
+        let line = [&digits[..n], &body[..]];
+        if !g.file.append(&line) {
+            // The file is full: the line starts the next one.
+            let made = create(&self.dir, seq, n + body.len());
+            let (file, path) = match made {
+                Ok(f) => f,
+                Err(e) => {
+                    if let Some(s) = &settle {
+                        ledger.unclaim(&s.key, &s.rid);
+                    }
+                    tracing::warn!(error = %e, "cannot start a new journal file");
+                    return Err(e);
+                }
+            };
+            g.file = file;
+            g.files.push_back((seq, path));
+            g.file.append(&line);
         }
-        let _ = write!(line, "{seq}");
-        line.extend_from_slice(&body);
-        if let Err(e) = g.file.write_all(&line) {
-            g.torn = true;
-            if let Some(s) = &settle {
-                ledger.unclaim(&s.key, &s.rid);
-            }
-            return Err(internal(e));
-        }
-        g.torn = false;
         g.seq = seq;
-        g.bytes += line.len() as u64;
         self.written.store(seq, Ordering::Release);
         if let Some(s) = &settle {
             ledger.settled(&s.key, &s.rid, s.actual, true, s.on.as_ref(), tokens);
         }
         (g.queue)(Entry { seq, settle, usage });
-        if g.bytes >= ROTATE_BYTES {
-            match create(&self.dir, seq + 1) {
-                Ok((file, path)) => {
-                    g.file = file;
-                    g.bytes = 0;
-                    g.files.push_back((seq + 1, path));
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot start a new journal file"),
-            }
-        }
         Ok(Appended::Written)
     }
 
@@ -322,11 +318,13 @@ pub fn recover(dir: &Path) -> StoreResult<(Vec<PathBuf>, Vec<Entry>)> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(internal(e)),
         };
-        let text = String::from_utf8_lossy(&text);
-        // Only lines ended by their newline were written whole.
-        let whole = text.rfind('\n').map_or("", |end| &text[..end]);
-        for line in whole.split('\n').filter(|l| !l.is_empty()) {
-            match parse(line) {
+        // Only lines ended by their newline were written whole; the zeros after the last
+        // one are the file's unwritten part.
+        let end = memchr::memrchr(b'\n', &text).unwrap_or(0);
+        let text = String::from_utf8_lossy(&text[..end]);
+        for line in text.split('\n').filter(|l| !l.is_empty()) {
+            // A line with a zero in it was being copied in (or cut short by a crash).
+            match parse(line).filter(|_| !line.contains('\0')) {
                 Some(e) => entries.push(e),
                 None => tracing::warn!(file = %path.display(), "skipping a cut journal line"),
             }
@@ -335,6 +333,18 @@ pub fn recover(dir: &Path) -> StoreResult<(Vec<PathBuf>, Vec<Entry>)> {
     entries.sort_by_key(|e| e.seq);
     entries.dedup_by_key(|e| e.seq);
     Ok((files.into_iter().map(|(_, p)| p).collect(), entries))
+}
+
+/// The entries that follow `done` without a missing number: what may be applied beside
+/// a server still appending (a later entry whole does not mean an earlier one is).
+pub fn contiguous(entries: &[Entry], done: u64) -> &[Entry] {
+    let start = entries.partition_point(|e| e.seq <= done);
+    let run = entries[start..]
+        .iter()
+        .zip(done + 1..)
+        .take_while(|(e, n)| e.seq == *n)
+        .count();
+    &entries[start..start + run]
 }
 
 /// The last entry committed to this database.
@@ -441,5 +451,75 @@ mod tests {
             .map(|e| e.settle.as_ref().unwrap().rid.as_str())
             .collect();
         assert_eq!(rids, ["a", "b", "c"]);
+    }
+
+    fn line(seq: u64, rid: &str) -> Vec<u8> {
+        let mut l = seq.to_string().into_bytes();
+        l.extend(body(Some(&settle(rid)), None).unwrap());
+        l
+    }
+
+    #[test]
+    fn a_line_being_copied_in_is_skipped_and_nothing_after_a_gap_is_contiguous() {
+        let dir = tempfile::tempdir().unwrap();
+        // As a reader beside the server may see a mapped file: entry 2 half copied (its
+        // middle still zeros), entry 3 whole, then the file's unwritten zeros.
+        let mut text = line(1, "a");
+        let mut half = line(2, "b");
+        let (mid, last) = (half.len() / 2, half.len() - 1);
+        half[mid..last].fill(0);
+        text.extend(half);
+        text.extend(line(3, "c"));
+        text.extend(vec![0u8; 4096]);
+        std::fs::write(dir.path().join(file_name(1)), text).unwrap();
+        let (_, entries) = recover(dir.path()).unwrap();
+        let seqs: Vec<u64> = entries.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 3]);
+        let seqs = |r: &[Entry]| r.iter().map(|e| e.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(contiguous(&entries, 0)), [1], "3 waits for 2");
+        assert!(contiguous(&entries, 1).is_empty());
+        assert_eq!(seqs(contiguous(&entries, 2)), [3]);
+        assert!(contiguous(&entries, 3).is_empty());
+    }
+
+    #[test]
+    fn appends_fill_mapped_files_and_read_back_across_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let queued = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let q = queued.clone();
+        let j = Journal::start(
+            dir.path(),
+            10,
+            Box::new(move |e: Entry| q.lock().push(e.seq)),
+        )
+        .unwrap();
+        let ledger = Ledger::new(Default::default());
+        let usage = format!("{{\"key_id\":\"k1\",\"pad\":\"{}\"}}", "x".repeat(1_000));
+        // Enough lines for three files, and one line larger than a whole file.
+        let n = 3 * FILE_BYTES / 1_050;
+        for _ in 0..n {
+            let appended = j.append(&ledger, None, Some(("k1".into(), usage.clone())), None);
+            assert_eq!(appended.unwrap(), Appended::Written);
+        }
+        let huge = format!(
+            "{{\"key_id\":\"k1\",\"pad\":\"{}\"}}",
+            "y".repeat(FILE_BYTES)
+        );
+        j.append(&ledger, None, Some(("k1".into(), huge.clone())), None)
+            .unwrap();
+        j.append(&ledger, None, Some(("k1".into(), usage.clone())), None)
+            .unwrap();
+        let (files, entries) = recover(dir.path()).unwrap();
+        assert!(files.len() >= 4, "{} files", files.len());
+        let seqs: Vec<u64> = entries.iter().map(|e| e.seq).collect();
+        let want: Vec<u64> = (11..=10 + n as u64 + 2).collect();
+        assert_eq!(seqs, want);
+        assert_eq!(*queued.lock(), want);
+        assert_eq!(entries[n].usage.as_ref().unwrap().1, huge);
+        assert_eq!(entries[n + 1].usage.as_ref().unwrap().1, usage);
+        // Applied up to a file's end: the files before it go.
+        j.applied(10 + n as u64 + 1);
+        let (left, _) = recover(dir.path()).unwrap();
+        assert_eq!(left.len(), 1, "only the file being written");
     }
 }

@@ -66,6 +66,15 @@ async fn serving_with_three_holds(dir: &Path) -> (EmbeddedStore, Vec<Reservation
     (s, holds)
 }
 
+/// What a new request may be granted on key `k` (asking for up to 1,000).
+async fn left(s: &EmbeddedStore, rid: &str) -> Micros {
+    s.reserve("k", rid, 0, 1_000, 60)
+        .await
+        .unwrap()
+        .unwrap()
+        .amount
+}
+
 async fn settle_each(s: &EmbeddedStore, holds: &[Reservation]) {
     for r in holds {
         s.settle_logged(r, 100, &usage("k", &r.id, 3, 4, 100))
@@ -84,12 +93,7 @@ async fn settles_answer_before_the_writer_applies_them_and_count_at_once() {
         .expect("a settle does not wait for the writer");
     assert_eq!(used_on_disk(dir.path()), (0, 0), "not applied yet");
     // Memory has them: holds released, charges counted.
-    let probe = s
-        .reserve("k", "probe", 0, 1_000, 60)
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(probe.amount, 700);
+    assert_eq!(left(&s, "probe").await, 700);
     drop(held);
     // A read waits for what was journaled before it.
     assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 300);
@@ -119,8 +123,7 @@ async fn a_crash_before_the_writer_applies_loses_nothing_and_counts_nothing_twic
     let next = serving(crashed.path());
     assert_eq!(used_on_disk(crashed.path()), (300, 3));
     assert_eq!(journal_files(crashed.path()), 1, "only the new, empty file");
-    let probe = next.reserve("k", "p", 0, 1_000, 60).await.unwrap().unwrap();
-    assert_eq!(probe.amount, 700, "memory read after the replay");
+    assert_eq!(left(&next, "p").await, 700, "memory read after the replay");
     drop(next);
 
     // The old journal found again beside a database that has applied it (a process that
@@ -152,8 +155,7 @@ async fn figures_read_again_while_settles_wait_count_each_once() {
         .unwrap();
     drop(held);
     s.sync().await.unwrap();
-    let probe = s.reserve("k", "p", 0, 1_000, 60).await.unwrap().unwrap();
-    assert_eq!(probe.amount, 700, "300 charged once");
+    assert_eq!(left(&s, "p").await, 700, "300 charged once");
     assert_eq!(s.get_key("k").await.unwrap().unwrap().name, "renamed");
 
     // A key forgotten (created anew) and loaded again while settles of it wait.
@@ -162,9 +164,8 @@ async fn figures_read_again_while_settles_wait_count_each_once() {
     s.settle(&r, 50).await.unwrap();
     s.ledger.forget("k");
     drop(held);
-    let probe = s.reserve("k", "p2", 0, 1_000, 60).await.unwrap().unwrap();
     // `p` went with the account; 300 + 50 are charged.
-    assert_eq!(probe.amount, 650, "loaded with the waiting settle");
+    assert_eq!(left(&s, "p2").await, 650, "loaded with the waiting settle");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,6 +199,5 @@ async fn another_process_applies_what_the_server_has_not_yet_and_nothing_counts_
     // The server's writer finds them applied.
     assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 300);
     assert_eq!(used_on_disk(dir.path()), (300, 3));
-    let probe = s.reserve("k", "p", 0, 1_000, 60).await.unwrap().unwrap();
-    assert_eq!(probe.amount, 700);
+    assert_eq!(left(&s, "p").await, 700);
 }

@@ -45,6 +45,7 @@ mod figures;
 mod groups;
 mod journal;
 mod ledger;
+mod mapped;
 mod readers;
 mod sql;
 mod tasks;

@@ -363,6 +363,9 @@ impl Writer {
 /// (for entries, those queued within [`GATHER`]), and commits them as one group.
 pub fn run(w: Arc<Writer>, rx: Receiver<Work>) {
     let mut retry: Vec<Entry> = Vec::new();
+    // Another process's commit seen by a round that could not begin its transaction: the
+    // next round reads the accounts again.
+    let mut unread = false;
     loop {
         let mut jobs = Vec::new();
         let mut entries = std::mem::take(&mut retry);
@@ -380,7 +383,7 @@ pub fn run(w: Arc<Writer>, rx: Receiver<Work>) {
         drain(&rx, &mut jobs, &mut entries, MAX_GROUP);
         let mut desk = w.desk.lock();
         let Desk { conn, watch, .. } = &mut *desk;
-        let changed = watch.changed(conn);
+        let changed = watch.changed(conn) | std::mem::take(&mut unread);
         if jobs.is_empty() && entries.is_empty() && !changed {
             continue;
         }
@@ -388,6 +391,7 @@ pub fn run(w: Arc<Writer>, rx: Receiver<Work>) {
             // Dropping the jobs drops their reply channels: each caller gets an error.
             tracing::error!(error = %e, "embedded store cannot begin a transaction");
             retry = entries;
+            unread = changed;
             drop(desk);
             std::thread::sleep(RETRY_PAUSE);
             continue;
