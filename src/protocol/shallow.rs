@@ -168,6 +168,61 @@ impl<'a> Shallow<'a> {
 
     /// As [`Shallow::write`], without the members named in `drop`.
     pub fn rewrite(&self, changes: &[(&str, &str)], drop: &[&str], extra: usize) -> Vec<u8> {
+        if self.members.len() + changes.len() <= SMALL {
+            self.rewrite_small(changes, drop, extra)
+        } else {
+            self.rewrite_hashed(changes, drop, extra)
+        }
+    }
+
+    /// The room the rewritten object needs.
+    fn capacity(&self, changes: &[(&str, &str)], extra: usize) -> usize {
+        self.members
+            .iter()
+            .map(|(k, v)| k.len() + v.get().len() + 4)
+            .sum::<usize>()
+            + extra
+            + changes
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 4)
+                .sum::<usize>()
+            + 2
+    }
+
+    /// [`Shallow::rewrite`] by scans, for the few members of a typical body or answer:
+    /// a handful of short comparisons cost less than hashing every name.
+    fn rewrite_small(&self, changes: &[(&str, &str)], drop: &[&str], extra: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.capacity(changes, extra));
+        out.push(b'{');
+        let mut all = [""; SMALL];
+        let mut n = 0;
+        for name in self.members.iter().map(|(k, _)| k.as_ref()) {
+            all[n] = name;
+            n += 1;
+        }
+        for (name, _) in changes {
+            all[n] = name;
+            n += 1;
+        }
+        let names = &all[..n];
+        for (i, name) in names.iter().enumerate() {
+            if drop.contains(name) || names[..i].contains(name) {
+                continue;
+            }
+            let value = match changes.iter().rev().find(|(n, _)| n == name) {
+                Some((_, v)) => *v,
+                None => match self.get(name) {
+                    Some(v) => v.get(),
+                    None => continue,
+                },
+            };
+            put(&mut out, name, value);
+        }
+        out.push(b'}');
+        out
+    }
+
+    fn rewrite_hashed(&self, changes: &[(&str, &str)], drop: &[&str], extra: usize) -> Vec<u8> {
         let mut last: HashMap<&str, &str> = HashMap::with_capacity(self.members.len());
         for (k, v) in &self.members {
             last.insert(k, v.get());
@@ -178,28 +233,8 @@ impl<'a> Shallow<'a> {
         for n in drop {
             last.remove(n);
         }
-        let mut out = Vec::with_capacity(
-            self.members
-                .iter()
-                .map(|(k, v)| k.len() + v.get().len() + 4)
-                .sum::<usize>()
-                + extra
-                + changes
-                    .iter()
-                    .map(|(k, v)| k.len() + v.len() + 4)
-                    .sum::<usize>()
-                + 2,
-        );
+        let mut out = Vec::with_capacity(self.capacity(changes, extra));
         out.push(b'{');
-        let put = |out: &mut Vec<u8>, name: &str, value: &str| {
-            if out.len() > 1 {
-                out.push(b',');
-            }
-            // A member name is a JSON string; writing one cannot fail.
-            let _ = serde_json::to_writer(&mut *out, name);
-            out.push(b':');
-            out.extend_from_slice(value.as_bytes());
-        };
         let names = self.members.iter().map(|(k, _)| k.as_ref());
         for name in names.chain(changes.iter().map(|(n, _)| *n)) {
             // Taken out once written: a later duplicate finds nothing.
@@ -210,6 +245,20 @@ impl<'a> Shallow<'a> {
         out.push(b'}');
         out
     }
+}
+
+/// Members (and changes) up to which [`Shallow::rewrite`] scans instead of hashing.
+const SMALL: usize = 16;
+
+/// Writes one member after the `{` or the members already in `out`.
+fn put(out: &mut Vec<u8>, name: &str, value: &str) {
+    if out.len() > 1 {
+        out.push(b',');
+    }
+    // A member name is a JSON string; writing one cannot fail.
+    let _ = serde_json::to_writer(&mut *out, name);
+    out.push(b':');
+    out.extend_from_slice(value.as_bytes());
 }
 
 /// `model` as the JSON protocols require it: a non-empty string.
@@ -224,6 +273,36 @@ pub fn check_model(top: &Shallow<'_>) -> Result<(), Invalid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scanning and the hashing rewrite give the same bytes, duplicates, changes of
+    /// present and absent members, and dropped members included.
+    #[test]
+    fn the_small_rewrite_writes_what_the_hashed_one_does() {
+        let bodies = [
+            r#"{}"#,
+            r#"{"model":"a","n":1}"#,
+            r#"{"model":"a","n":1,"model":"b","x":[1,{"y":2}],"n":3}"#,
+            r#"{"stream":true,"usage":{"a":1},"model":"m","k\u0065y":"v","key":"w"}"#,
+        ];
+        let changes: &[&[(&str, &str)]] = &[
+            &[],
+            &[("model", "\"c\"")],
+            &[("new", "1"), ("model", "2"), ("new", "3")],
+        ];
+        let drops: &[&[&str]] = &[&[], &["usage", "n"], &["model"], &["new"]];
+        for body in bodies {
+            let s = Shallow::parse(body.as_bytes()).unwrap();
+            for c in changes {
+                for d in drops {
+                    let small = String::from_utf8(s.rewrite_small(c, d, 0)).unwrap();
+                    let hashed = String::from_utf8(s.rewrite_hashed(c, d, 0)).unwrap();
+                    assert_eq!(small, hashed, "{body} {c:?} {d:?}");
+                    let parsed: Value = serde_json::from_str(&small).unwrap();
+                    assert!(parsed.is_object());
+                }
+            }
+        }
+    }
 
     #[test]
     fn reads_one_level_and_writes_back_with_changes() {

@@ -79,15 +79,23 @@ impl Exchange {
         })?;
         let key = channel.keys.pick();
         let key_index = key.index;
-        let header = request_header(&channel, out, key.secret).map_err(|e| {
-            tracing::error!(channel = %channel.name, error = %e, "cannot build upstream request");
-            OpenError::NotSent(GatewayError::Internal)
-        })?;
+        let build = || {
+            request_header(&channel, out, key.secret).map_err(|e| {
+                tracing::error!(channel = %channel.name, error = %e, "cannot build upstream request");
+                OpenError::NotSent(GatewayError::Internal)
+            })
+        };
+        // Built again for a second attempt rather than copied for one that rarely comes.
+        let mut header = Some(build()?);
         // A pooled connection the upstream closed while idle fails on the first write;
         // nothing reached the upstream then, so one fresh connection is tried.
         let mut attempts = 0;
         loop {
             attempts += 1;
+            let header = match header.take() {
+                Some(h) => h,
+                None => build()?,
+            };
             let (mut http, reused) = gw.connector.get_http_session(&peer).await.map_err(|e| {
                 tracing::warn!(channel = %channel.name, error = %e, "upstream connect failed");
                 unreachable()
@@ -96,7 +104,7 @@ impl Exchange {
             http.set_read_timeout(Some(channel.read_timeout));
             http.set_write_timeout(Some(channel.read_timeout));
             let connected = Instant::now();
-            match send(&mut http, header.clone(), out).await {
+            match send(&mut http, header, out).await {
                 Ok(()) => {}
                 Err(e) if reused && attempts == 1 => {
                     tracing::debug!(channel = %channel.name, error = %e, "stale pooled connection");
