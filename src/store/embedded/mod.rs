@@ -691,6 +691,8 @@ impl Store for EmbeddedStore {
 #[cfg(test)]
 mod journal_tests;
 #[cfg(test)]
+mod policy_settle_tests;
+#[cfg(test)]
 mod policy_tests;
 #[cfg(test)]
 mod tests;
