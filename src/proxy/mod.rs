@@ -116,6 +116,9 @@ async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx) -> Phase {
     Phase::Responded
 }
 
+/// Each route's future is boxed on its own, so this one stays about 1 KiB and a request
+/// copies only its own route's state into the heap: held inline, the largest of them made
+/// this future 30 KiB, copied into a new box by every request.
 async fn dispatch(
     gw: &Gateway,
     session: &mut Session,
@@ -160,21 +163,21 @@ async fn dispatch(
             Ok(local::serve_models(gw, &key, local::ListFormat::Gemini))
         }
         Route::GeminiModel(name) => local::serve_gemini_model(gw, &key, name),
-        Route::UsageToken => local::serve_usage(gw, &key).await,
-        Route::LogToken => local::serve_log(gw, &key, query).await,
+        Route::UsageToken => Box::pin(local::serve_usage(gw, &key)).await,
+        Route::LogToken => Box::pin(local::serve_log(gw, &key, query)).await,
         Route::Relay(r) => {
             ctx.record_mut().endpoint = path.to_string();
-            relay::handle(gw, session, ctx, r).await
+            Box::pin(relay::handle(gw, session, ctx, r)).await
         }
         Route::Media(m) => {
             ctx.record_mut().endpoint = path.to_string();
-            relay::media::handle(gw, session, ctx, m).await
+            Box::pin(relay::media::handle(gw, session, ctx, m)).await
         }
         Route::Realtime => {
             ctx.record_mut().endpoint = path.to_string();
-            realtime::relay(gw, session, ctx, &key, query).await
+            Box::pin(realtime::relay(gw, session, ctx, &key, query)).await
         }
-        Route::Video(v) => video::service::handle(gw, session, ctx, v, query).await,
+        Route::Video(v) => Box::pin(video::service::handle(gw, session, ctx, v, query)).await,
         Route::NotFound | Route::MethodNotAllowed | Route::NotImplemented => {
             Err(GatewayError::Internal)
         }
