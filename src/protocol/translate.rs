@@ -51,16 +51,14 @@ impl Translated {
                 // Usage after the client's stream closed still counts for billing.
                 continue;
             }
-            match ev {
-                Event::Error => {
-                    self.end_with_error("The upstream provider reported an error mid-stream.", out);
-                    continue;
-                }
-                Event::Broken(fault) => {
-                    self.end_with_error(fault.message(), out);
-                    continue;
-                }
-                _ => {}
+            let ends = match &ev {
+                Event::Error => Some("The upstream provider reported an error mid-stream."),
+                Event::Broken(fault) => Some(fault.message()),
+                _ => None,
+            };
+            if let Some(what) = ends {
+                self.end_with_error(what, out);
+                continue;
             }
             if let Event::Text(t) | Event::Thinking(t) | Event::ToolCallArgs { fragment: t, .. } =
                 &ev

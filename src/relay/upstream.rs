@@ -79,23 +79,16 @@ impl Exchange {
         })?;
         let key = channel.keys.pick();
         let key_index = key.index;
-        let build = || {
-            request_header(&channel, out, key.secret).map_err(|e| {
-                tracing::error!(channel = %channel.name, error = %e, "cannot build upstream request");
-                OpenError::NotSent(GatewayError::Internal)
-            })
-        };
-        // Built again for a second attempt rather than copied for one that rarely comes.
-        let mut header = Some(build()?);
         // A pooled connection the upstream closed while idle fails on the first write;
         // nothing reached the upstream then, so one fresh connection is tried.
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let header = match header.take() {
-                Some(h) => h,
-                None => build()?,
-            };
+            // Built for each attempt: a second one rarely comes, so nothing is kept for it.
+            let header = request_header(&channel, out, key.secret).map_err(|e| {
+                tracing::error!(channel = %channel.name, error = %e, "cannot build upstream request");
+                OpenError::NotSent(GatewayError::Internal)
+            })?;
             let (mut http, reused) = gw.connector.get_http_session(&peer).await.map_err(|e| {
                 tracing::warn!(channel = %channel.name, error = %e, "upstream connect failed");
                 unreachable()

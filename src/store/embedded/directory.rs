@@ -76,9 +76,10 @@ impl EmbeddedStore {
         conn.busy_timeout(writer::BUSY_TIMEOUT).map_err(internal)?;
         let (files, entries) = journal::recover(&self.dir)?;
         conn.execute_batch("BEGIN IMMEDIATE").map_err(internal)?;
-        let ready = match beside_server {
-            true => journal::last_applied(&conn).map(|done| journal::contiguous(&entries, done)),
-            false => Ok(&entries[..]),
+        let ready = if beside_server {
+            journal::last_applied(&conn).map(|done| journal::contiguous(&entries, done))
+        } else {
+            Ok(&entries[..])
         };
         let r = ready.and_then(|ready| {
             let last = journal::apply(&conn, ready, &self.usage_rows)?;

@@ -153,6 +153,17 @@ async fn reserve_and_settle_stay_idempotent_with_a_policy() {
     );
 }
 
+/// A key patch that sets (or, with `None`, clears) only the day budget.
+fn day_budget_patch(budget: Option<Micros>) -> KeyPatch {
+    KeyPatch {
+        policy: PolicyPatch {
+            budget_day: Some(budget),
+            ..PolicyPatch::default()
+        },
+        ..KeyPatch::default()
+    }
+}
+
 #[tokio::test]
 async fn update_key_persists_group_and_policy_and_the_ledger_follows() {
     let (_dir, s) = opened();
@@ -163,14 +174,10 @@ async fn update_key_persists_group_and_policy_and_the_ledger_follows() {
         grant(&s, "k", "r1", &ask(0, 500, AT, None)).await.amount,
         500
     );
-    let patch = KeyPatch {
-        policy: PolicyPatch {
-            budget_day: Some(Some(100)),
-            ..PolicyPatch::default()
-        },
-        ..KeyPatch::default()
-    };
-    s.update_key("k", &patch).await.unwrap().unwrap();
+    s.update_key("k", &day_budget_patch(Some(100)))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         grant(&s, "k", "r2", &ask(0, 500, AT, None)).await.amount,
         100
@@ -179,14 +186,10 @@ async fn update_key_persists_group_and_policy_and_the_ledger_follows() {
         s.get_key("k").await.unwrap().unwrap().policy.budget_day,
         Some(100)
     );
-    let clear = KeyPatch {
-        policy: PolicyPatch {
-            budget_day: Some(None),
-            ..PolicyPatch::default()
-        },
-        ..KeyPatch::default()
-    };
-    s.update_key("k", &clear).await.unwrap().unwrap();
+    s.update_key("k", &day_budget_patch(None))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         grant(&s, "k", "r3", &ask(0, 500, AT, None)).await.amount,
         500
