@@ -44,9 +44,10 @@
 //! A line: `SEQ \t SETTLE \t USAGE \n`, each of the last two a JSON object or `-`.
 
 use super::figures::On;
+use super::ledger::durable;
 use super::ledger::Ledger;
 use super::mapped::MappedFile;
-use super::sql::{exec, internal, settle_hold_in, Once};
+use super::sql::{exec, internal, prune_settled, settle_hold_in, Charges, Once};
 use super::usage_rows::UsageRows;
 use crate::store::{Micros, StoreError, StoreResult};
 use parking_lot::Mutex;
@@ -357,28 +358,42 @@ pub fn last_applied(c: &Connection) -> StoreResult<u64> {
 }
 
 /// Applies, inside the caller's transaction, the entries after the last one this
-/// database has; returns the last entry it now has.
+/// database has; returns the last entry it now has. Their charges are summed per counter
+/// and written once each ([`Charges`]).
 pub fn apply(c: &Connection, entries: &[Entry], rows: &UsageRows) -> StoreResult<u64> {
     let done = last_applied(c)?;
     let mut last = done;
+    let mut charges = Charges::default();
     for e in entries.iter().filter(|e| e.seq > done) {
         if let Some(s) = &e.settle {
-            settle_hold_in(
-                c,
-                s.now,
-                s.prune,
-                &s.key,
-                &s.rid,
-                s.actual,
-                s.on.as_ref(),
-                Once::Decided(true),
-            )?;
+            if durable(&s.rid) {
+                // Not journaled (a task's settle commits with its row); applied as one.
+                let on = s.on.as_ref();
+                settle_hold_in(
+                    c,
+                    s.now,
+                    s.prune,
+                    &s.key,
+                    &s.rid,
+                    s.actual,
+                    on,
+                    Once::Decided(true),
+                )?;
+            } else {
+                if s.prune {
+                    // In journal order: what came before is counted, then pruned.
+                    std::mem::take(&mut charges).write(c)?;
+                    prune_settled(c, s.now)?;
+                }
+                charges.add(&s.key, s.actual, s.on.as_ref());
+            }
         }
         if let Some((key, text)) = &e.usage {
             rows.insert(c, key, text)?;
         }
         last = last.max(e.seq);
     }
+    charges.write(c)?;
     if last > done {
         exec(
             c,
@@ -426,6 +441,89 @@ mod tests {
             body(None, Some("{\"a\":\"\t\"}")).is_err(),
             "a raw tab would cut the line"
         );
+    }
+
+    /// A database with two keys (one in group `g`) and the group.
+    fn counters_db() -> Connection {
+        let c = Connection::open_in_memory().unwrap();
+        c.execute_batch(super::super::sql::SCHEMA).unwrap();
+        c.execute_batch(
+            "INSERT INTO keys (id, hash, display, name, status, created_at, models, allow_ips)
+               VALUES ('k1','h1','d','n','active',0,'[]','[]'), ('k2','h2','d','n','active',0,'[]','[]');
+             INSERT INTO groups (id, name, status, created_at) VALUES ('g','g','active',0);",
+        )
+        .unwrap();
+        c
+    }
+
+    /// Every counter's row, to compare two databases.
+    fn counters(c: &Connection) -> Vec<String> {
+        let mut out = Vec::new();
+        for q in [
+            "SELECT id || '=' || quota_used FROM keys ORDER BY id",
+            "SELECT id || '=' || quota_used FROM groups ORDER BY id",
+            "SELECT scope || '/' || label || '/' || period_end || '=' || used FROM period_spend ORDER BY scope, label",
+            "SELECT CAST(count(*) AS TEXT) FROM usage",
+        ] {
+            let mut st = c.prepare(q).unwrap();
+            let rows = st.query_map([], |r| r.get::<_, String>(0)).unwrap();
+            out.extend(rows.map(Result::unwrap));
+        }
+        out
+    }
+
+    /// A commit's settles are summed per counter: applying a batch at once leaves every
+    /// counter as applying its entries one at a time does, across keys, groups, period
+    /// labels (a day rolling over inside the batch), zero and negative charges, and a prune between them.
+    #[test]
+    fn a_batch_charges_what_its_entries_charge_one_by_one() {
+        let mut entries = Vec::new();
+        for (i, (key, actual, day, group)) in [
+            ("k1", 42, "day:1", true),
+            ("k2", 7, "day:1", false),
+            ("k1", 0, "day:1", true),
+            ("k1", -5, "day:1", true),
+            ("k1", 100, "day:2", true),
+            ("k2", 3, "day:2", false),
+            ("k1", 8, "day:2", true),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut s = settle(&format!("r{i}"));
+            s.key = key.into();
+            s.actual = actual;
+            s.prune = i == 3;
+            s.on = Some(On {
+                key: vec![(day.into(), 86_400)],
+                group: group.then(|| "g".to_string()),
+                group_periods: if group {
+                    vec![(format!("g{day}"), 86_400)]
+                } else {
+                    vec![]
+                },
+            });
+            let usage = (key.to_string(), format!(r#"{{"request_id":"r{i}"}}"#));
+            entries.push(Entry {
+                seq: i as u64 + 1,
+                settle: Some(s),
+                usage: Some(usage),
+            });
+        }
+        let rows = UsageRows::default();
+        let (batch, single) = (counters_db(), counters_db());
+        assert_eq!(apply(&batch, &entries, &rows).unwrap(), 7);
+        for e in &entries {
+            apply(&single, std::slice::from_ref(e), &UsageRows::default()).unwrap();
+        }
+        assert_eq!(counters(&batch), counters(&single));
+        assert_eq!(
+            counters(&batch)[..3],
+            ["k1=150".to_string(), "k2=10".into(), "g=150".into()]
+        );
+        // Applied again (a successor replaying the files), nothing counts twice.
+        assert_eq!(apply(&batch, &entries, &rows).unwrap(), 7);
+        assert_eq!(counters(&batch), counters(&single));
     }
 
     #[test]

@@ -144,17 +144,16 @@ pub enum Once {
 }
 
 /// Settles once, inside the caller's savepoint: unless the reservation id was settled
-/// before (see [`Once`]), adds `actual` (clamped at 0) to the key's `quota_used`, drops a
-/// task reservation's row and returns `true`. The hold in memory is released by the
-/// caller once this is committed. `prune` also drops tombstones older than
-/// [`SETTLED_KEEP_SECS`].
-pub fn settle_in(
+/// before (see [`Once`]), drops a task reservation's row and returns `true`; the charge
+/// itself is the caller's ([`Charges`]). The hold in memory is released by the caller
+/// once this is committed. `prune` also drops tombstones older than
+/// [`SETTLED_KEEP_SECS`] and period rows long over.
+fn settle_once(
     c: &Connection,
     now: i64,
     prune: bool,
     key_id: &str,
     reservation_id: &str,
-    actual: Micros,
     once: Once,
 ) -> StoreResult<bool> {
     let first = match once {
@@ -173,20 +172,7 @@ pub fn settle_in(
         return Ok(false);
     }
     if prune {
-        exec(
-            c,
-            "DELETE FROM settled WHERE at < ?1",
-            [now - SETTLED_KEEP_SECS],
-        )
-        .map_err(internal)?;
-    }
-    if prune {
-        exec(
-            c,
-            "DELETE FROM period_spend WHERE period_end < ?1",
-            [now - STALE_PERIOD],
-        )
-        .map_err(internal)?;
+        prune_settled(c, now)?;
     }
     if durable(reservation_id) {
         exec(
@@ -196,18 +182,29 @@ pub fn settle_in(
         )
         .map_err(internal)?;
     }
-    exec(
-        c,
-        "UPDATE keys SET quota_used = quota_used + ?2 WHERE id = ?1",
-        params![key_id, actual.max(0)],
-    )
-    .map_err(internal)?;
     Ok(true)
 }
 
-/// Settles once (as [`settle_in`]) and, when this call charged, charges the counters the
-/// hold was on (`on`) in the same savepoint: the key's period spend, the group's lifetime
-/// spend and its period spend.
+/// Drops tombstones older than [`SETTLED_KEEP_SECS`] and period rows long over.
+pub fn prune_settled(c: &Connection, now: i64) -> StoreResult<()> {
+    exec(
+        c,
+        "DELETE FROM settled WHERE at < ?1",
+        [now - SETTLED_KEEP_SECS],
+    )
+    .map_err(internal)?;
+    exec(
+        c,
+        "DELETE FROM period_spend WHERE period_end < ?1",
+        [now - STALE_PERIOD],
+    )
+    .map_err(internal)?;
+    Ok(())
+}
+
+/// Settles once (as [`settle_once`]) and, when this call charged, charges the key's
+/// lifetime spend and the counters the hold was on (`on`) in the same savepoint: the
+/// key's period spend, the group's lifetime spend and its period spend.
 #[allow(clippy::too_many_arguments)]
 pub fn settle_hold_in(
     c: &Connection,
@@ -219,43 +216,121 @@ pub fn settle_hold_in(
     on: Option<&On>,
     once: Once,
 ) -> StoreResult<bool> {
-    let first = settle_in(c, now, prune, key_id, reservation_id, actual, once)?;
-    let actual = actual.max(0);
-    let Some(on) = on.filter(|_| first && actual > 0) else {
-        return Ok(first);
-    };
-    let spend = |scope: &str, label: &str, end: i64| {
-        exec(
-            c,
-            "INSERT INTO period_spend (scope, label, period_end, used) VALUES (?1, ?2, ?3, ?4)
-             ON CONFLICT (scope, label) DO UPDATE SET used = used + excluded.used",
-            params![scope, label, end, actual],
-        )
-        .map_err(internal)
-    };
-    if !on.key.is_empty() {
-        let scope = key_scope(key_id);
-        for (label, end) in &on.key {
-            spend(&scope, label, *end)?;
-        }
-    }
-    if let Some(g) = &on.group {
-        let n = exec(
-            c,
-            "UPDATE groups SET quota_used = quota_used + ?2 WHERE id = ?1",
-            params![g, actual],
-        )
-        .map_err(internal)?;
-        if n == 0 {
-            // Deleted since: its counters went with it (a group made anew starts afresh).
-            return Ok(first);
-        }
-        let scope = group_scope(g);
-        for (label, end) in &on.group_periods {
-            spend(&scope, label, *end)?;
-        }
+    let first = settle_once(c, now, prune, key_id, reservation_id, once)?;
+    if first {
+        let mut charges = Charges::default();
+        charges.add(key_id, actual, on);
+        charges.write(c)?;
     }
     Ok(first)
+}
+
+/// The charges of many settles, summed per counter, so that a commit carrying dozens of
+/// a key's settles updates its row (and each period row) once instead of once each.
+/// Every charge is an addition, so the sum is the same whatever the order.
+#[derive(Debug, Default)]
+pub struct Charges {
+    /// Lifetime spend per key.
+    keys: Vec<(String, Micros)>,
+    /// Lifetime spend per group, each with its period spend.
+    groups: Vec<(String, Micros, Vec<PeriodSum>)>,
+    /// Period spend per key: (key, label, end, used).
+    key_periods: Vec<(String, String, i64, Micros)>,
+}
+
+/// A period's spend: (label, end, used).
+type PeriodSum = (String, i64, Micros);
+
+/// The entry of `list` whose name is `name`, added (from `make`) when absent: a batch
+/// touches a handful of keys, so a scan costs less than hashing.
+fn entry<T>(list: &mut Vec<T>, is: impl Fn(&T) -> bool, make: impl FnOnce() -> T) -> &mut T {
+    let i = match list.iter().position(is) {
+        Some(i) => i,
+        None => {
+            list.push(make());
+            list.len() - 1
+        }
+    };
+    &mut list[i]
+}
+
+impl Charges {
+    /// Counts one settle's charge (`actual`, clamped at 0) on `key_id` and on what its
+    /// hold was on.
+    pub fn add(&mut self, key_id: &str, actual: Micros, on: Option<&On>) {
+        let actual = actual.max(0);
+        entry(
+            &mut self.keys,
+            |k| k.0 == key_id,
+            || (key_id.to_string(), 0),
+        )
+        .1 += actual;
+        let Some(on) = on.filter(|_| actual > 0) else {
+            return;
+        };
+        for (label, end) in &on.key {
+            let row = entry(
+                &mut self.key_periods,
+                |p| p.0 == key_id && p.1 == *label,
+                || (key_id.to_string(), label.clone(), *end, 0),
+            );
+            row.3 += actual;
+        }
+        if let Some(g) = &on.group {
+            let group = entry(
+                &mut self.groups,
+                |x| x.0 == *g,
+                || (g.clone(), 0, Vec::new()),
+            );
+            group.1 += actual;
+            for (label, end) in &on.group_periods {
+                let row = entry(&mut group.2, |p| p.0 == *label, || (label.clone(), *end, 0));
+                row.2 += actual;
+            }
+        }
+    }
+
+    /// Writes the sums, inside the caller's transaction.
+    pub fn write(&self, c: &Connection) -> StoreResult<()> {
+        let spend = |scope: &str, label: &str, end: i64, used: Micros| {
+            exec(
+                c,
+                "INSERT INTO period_spend (scope, label, period_end, used) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (scope, label) DO UPDATE SET used = used + excluded.used",
+                params![scope, label, end, used],
+            )
+            .map(|_| ())
+            .map_err(internal)
+        };
+        for (key_id, used) in self.keys.iter().filter(|k| k.1 > 0) {
+            exec(
+                c,
+                "UPDATE keys SET quota_used = quota_used + ?2 WHERE id = ?1",
+                params![key_id, used],
+            )
+            .map_err(internal)?;
+        }
+        for (key_id, label, end, used) in &self.key_periods {
+            spend(&key_scope(key_id), label, *end, *used)?;
+        }
+        for (g, used, periods) in &self.groups {
+            let n = exec(
+                c,
+                "UPDATE groups SET quota_used = quota_used + ?2 WHERE id = ?1",
+                params![g, used],
+            )
+            .map_err(internal)?;
+            if n == 0 {
+                // Deleted since: its counters went with it (a group made anew starts afresh).
+                continue;
+            }
+            let scope = group_scope(g);
+            for (label, end, used) in periods {
+                spend(&scope, label, *end, *used)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A task reservation's detail (what it is on), from its row.
