@@ -16,6 +16,7 @@ mod response;
 #[cfg(test)]
 mod testutil;
 mod to_ir;
+mod usage;
 
 pub use decode::decoder;
 pub use encode::encoder;
@@ -23,6 +24,7 @@ pub use from_ir::from_ir;
 pub use passthrough::Passthrough;
 pub use response::{parse_response, render_response};
 pub use to_ir::to_ir;
+pub use usage::usage_raw;
 
 use super::{Invalid, RequestOptions, TranslateError, UpstreamRequest, Usage};
 use serde_json::{json, Map, Value};
@@ -252,8 +254,8 @@ pub fn passthrough_response(
     if !top.contains("choices") {
         return Err(TranslateError::Shape("no choices"));
     }
-    let usage = top.value("usage").map(|u| usage_of(&u)).unwrap_or_default();
-    let model = Value::String(client_model.to_string()).to_string();
+    let usage = top.get("usage").map(usage_raw).unwrap_or_default();
+    let model = serde_json::to_string(client_model).map_err(|_| TranslateError::NotJson)?;
     Ok((top.write(&[("model", &model)], 0), usage))
 }
 

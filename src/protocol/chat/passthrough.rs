@@ -3,7 +3,7 @@
 //! on the way, after a fault too, for the bill.
 
 use super::delivered::choices_bytes;
-use super::{error_event, usage_of};
+use super::{error_event, usage_raw};
 use crate::protocol::shallow::Shallow;
 use crate::protocol::sse::{Decoder, Event};
 use crate::protocol::{answer_shallow, StreamContext, StreamTranslator, TranslateError, Usage};
@@ -87,8 +87,8 @@ impl Passthrough {
                 }
             };
             let usage = top.get("usage").filter(|u| Shallow::is_object(u));
-            if let Some(u) = usage.and_then(|u| serde_json::from_str::<Value>(u.get()).ok()) {
-                self.usage = usage_of(&u);
+            if let Some(u) = usage {
+                self.usage = usage_raw(u);
             }
             if self.failed {
                 continue;
