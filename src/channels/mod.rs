@@ -110,6 +110,8 @@ pub struct Channel {
     pub tls: bool,
     pub host: String,
     pub port: u16,
+    /// The `Host` header's value, made once.
+    authority: String,
     /// Path before the protocol's own path, without a trailing slash (`""` or `/proxy`).
     pub path_prefix: String,
     /// As configured: a channel keeps its health across a reload only at the same address.
@@ -252,6 +254,7 @@ impl Channel {
         Ok(Channel {
             chat_limit_field,
             resolver: Resolver::new(host.clone(), port),
+            authority: authority(&host, port, tls),
             health: Arc::new(Health::new(&c.name)),
             name: c.name,
             protocol,
@@ -345,18 +348,8 @@ impl Channel {
     }
 
     /// `Host` header value.
-    pub fn authority(&self) -> String {
-        let default_port = if self.tls { 443 } else { 80 };
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
-        if self.port == default_port {
-            host
-        } else {
-            format!("{host}:{}", self.port)
-        }
+    pub fn authority(&self) -> &str {
+        &self.authority
     }
 
     /// A peer for one upstream exchange (the address is resolved and cached).
@@ -498,6 +491,21 @@ impl Router {
             out.extend(keyed.into_iter().map(|(_, c)| c.clone()));
         }
         out
+    }
+}
+
+/// The `Host` header value of an upstream: the port only when it is not the scheme's.
+fn authority(host: &str, port: u16, tls: bool) -> String {
+    let default_port = if tls { 443 } else { 80 };
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    };
+    if port == default_port {
+        host
+    } else {
+        format!("{host}:{port}")
     }
 }
 

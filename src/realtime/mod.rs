@@ -197,7 +197,7 @@ async fn connect(
     let req = handshake::upstream_request(
         session.req_header(),
         &path,
-        &channel.authority(),
+        channel.authority(),
         key.secret,
     )
     .map_err(|e| {
