@@ -278,6 +278,14 @@ async fn check(head: &[u8]) -> Result<(), GatewayError> {
     if lines.saturating_sub(2) > MAX_HEADER_FIELDS {
         return Err(GatewayError::TooManyHeaders(MAX_HEADER_FIELDS));
     }
+    if plainly_valid(head) {
+        return Ok(());
+    }
+    probe(head).await
+}
+
+/// Pingora's own reading of a header, on a copy.
+async fn probe(head: &[u8]) -> Result<(), GatewayError> {
     let mut probe = HttpSession::new(Box::new(std::io::Cursor::new(head.to_vec())));
     match probe.read_request().await {
         Ok(Some(_)) if probe.req_header().method == http::Method::CONNECT => {
@@ -287,6 +295,54 @@ async fn check(head: &[u8]) -> Result<(), GatewayError> {
         Ok(None) => Err(malformed(None)),
         Err(e) => Err(malformed(e.context.as_ref().map(|c| c.as_str()))),
     }
+}
+
+/// A header in the plainest form, which Pingora's reading takes whole: one pass of the
+/// HTTP/1 parser Pingora uses, a common method, an origin-form target of plain
+/// characters, field names of letters, digits, `-` and `_`, at most one `Host` (without
+/// userinfo), at most one `Content-Length` of digits, no `Transfer-Encoding`. Every
+/// other header (rare: hostile or unusual clients) is read by Pingora's own parser in
+/// [`check`], which costs about as much as the request's later reading itself.
+fn plainly_valid(head: &[u8]) -> bool {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADER_FIELDS];
+    let mut req = httparse::Request::new(&mut fields);
+    if !matches!(req.parse(head), Ok(httparse::Status::Complete(n)) if n == head.len()) {
+        return false;
+    }
+    let common = matches!(
+        req.method,
+        Some("GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD" | "OPTIONS")
+    );
+    let plain_target = req.path.is_some_and(|p| {
+        p.starts_with('/')
+            && p.len() <= 8 * 1024
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?%".contains(&b))
+    });
+    if !common || !plain_target {
+        return false;
+    }
+    let (mut hosts, mut lengths) = (0, 0);
+    req.headers.iter().all(|f| {
+        let name = f.name.as_bytes();
+        let plain_name = !name.is_empty()
+            && name
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_');
+        if !plain_name || f.name.eq_ignore_ascii_case("transfer-encoding") {
+            return false;
+        }
+        if f.name.eq_ignore_ascii_case("host") {
+            hosts += 1;
+            return hosts == 1 && !f.value.contains(&b'@');
+        }
+        if f.name.eq_ignore_ascii_case("content-length") {
+            lengths += 1;
+            let v = f.value;
+            return lengths == 1 && (1..=18).contains(&v.len()) && v.iter().all(u8::is_ascii_digit);
+        }
+        true
+    })
 }
 
 /// Pingora's reason, unless it is a dump of the raw bytes.
@@ -376,5 +432,67 @@ mod tests {
             check(many.as_bytes()).await,
             Err(GatewayError::TooManyHeaders(MAX_HEADER_FIELDS))
         );
+    }
+
+    /// Real clients' headers take the plain path: the official SDKs' (through their
+    /// HTTP stacks), curl's, a browser's console call.
+    #[test]
+    fn common_headers_are_plainly_valid() {
+        let heads: [&[u8]; 4] = [
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nAccept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\nAccept: application/json\r\nContent-Type: application/json\r\nUser-Agent: OpenAI/Python 1.54.0\r\nX-Stainless-Lang: python\r\nAuthorization: Bearer sk-abc\r\nContent-Length: 95\r\n\r\n",
+            b"POST /v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse HTTP/1.1\r\nhost: localhost\r\nx-goog-api-key: sk-abc\r\ncontent-length: 10\r\n\r\n",
+            b"GET /v1/models HTTP/1.1\r\nHost: localhost:8080\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n",
+            b"GET /console/ HTTP/1.1\nHost: gw.example\nsec-ch-ua: \"Chromium\";v=\"156\"\n\n",
+        ];
+        for h in heads {
+            assert!(plainly_valid(h), "{}", String::from_utf8_lossy(h));
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3000))]
+        /// What the plain path takes, Pingora's parser takes too: headers built from
+        /// methods, targets, names and values among which are every shape it refuses.
+        #[test]
+        fn what_the_plain_path_takes_pingora_takes(
+            method in proptest::sample::select(vec![
+                "GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS", "CONNECT", "TRACE",
+                "get", "BREW", "P\u{f6}ST", "",
+            ]),
+            target in proptest::sample::select(vec![
+                "/", "/v1/chat/completions", "/v1/models?x=1&y=%20", "/a:b@c/(d)*+,;=~!$'",
+                "*", "http://h/x", "http://a@h/x", "//h/x", "/a b", "/a\"b", "/a{b}", "/a#f",
+                "/%zz", "/a\\b", "h:443", "/\u{e9}", "",
+            ]),
+            version in proptest::sample::select(vec!["HTTP/1.1", "HTTP/1.0", "HTTP/2.0", "HTTP/1.1 "]),
+            fields in proptest::collection::vec(
+                (
+                    proptest::sample::select(vec![
+                        "Host", "host", "HOST", "Content-Length", "content-length",
+                        "Transfer-Encoding", "transfer-encoding", "X-A", "x_b", "Accept",
+                        "X A", "X:A", "", "X\u{e9}", "Te",
+                    ]),
+                    proptest::sample::select(vec![
+                        "", "0", "12", "007", "1, 1", "1,2", "-5", "+5", "abc", "h", "h:80",
+                        "u@h", "chunked", "gzip, chunked", "99999999999999999999", " 3",
+                        "a\u{e9}b", "a\tb",
+                    ]),
+                ),
+                0..6,
+            ),
+            bare_lf in proptest::bool::ANY,
+        ) {
+            let nl = if bare_lf { "\n" } else { "\r\n" };
+            let mut head = format!("{method} {target} {version}{nl}");
+            for (name, value) in &fields {
+                head.push_str(&format!("{name}: {value}{nl}"));
+            }
+            head.push_str(nl);
+            if plainly_valid(head.as_bytes()) {
+                let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+                let probed = rt.block_on(probe(head.as_bytes()));
+                proptest::prop_assert_eq!(probed, Ok(()), "{}", head);
+            }
+        }
     }
 }
