@@ -241,7 +241,7 @@ pub struct Charges {
 /// A period's spend: (label, end, used).
 type PeriodSum = (String, i64, Micros);
 
-/// The entry of `list` whose name is `name`, added (from `make`) when absent: a batch
+/// The entry of `list` that `is` picks, added (from `make`) when absent: a batch
 /// touches a handful of keys, so a scan costs less than hashing.
 fn entry<T>(list: &mut Vec<T>, is: impl Fn(&T) -> bool, make: impl FnOnce() -> T) -> &mut T {
     let i = match list.iter().position(is) {
