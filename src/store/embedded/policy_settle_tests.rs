@@ -2,15 +2,15 @@
 //! release, what survives a restart, and the key and group records (their updates, and an
 //! older database's migration). The shared set-up is `policy_tests`'.
 
-use super::policy_tests::{ask, day_budget, grant, group, opened, standing, tokens, AT, DAY};
+use super::policy_tests::{ask, at, day_budget, grant, group, opened, standing, tokens, DAY};
 use super::tests::key_record as key;
 use super::*;
 use crate::store::policy::{Policy, PolicyPatch};
 
 /// Key `k` and group `g` have settled `n` today, and the group `n` in all.
 async fn settled_today(s: &EmbeddedStore, n: Micros) {
-    assert_eq!(standing(s, Scope::Key, "k", AT).await.day, n);
-    assert_eq!(standing(s, Scope::Group, "g", AT).await.day, n);
+    assert_eq!(standing(s, Scope::Key, "k", at()).await.day, n);
+    assert_eq!(standing(s, Scope::Group, "g", at()).await.day, n);
     assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, n);
 }
 
@@ -24,7 +24,7 @@ async fn task_held(dir: &std::path::Path, ttl: u64) -> Reservation {
     s.create_key(&key("k", None, Some("g"), day_budget(1_000)))
         .await
         .unwrap();
-    s.reserve_ask("k", "task_1", &ask(0, 800, AT, Some("g")), ttl)
+    s.reserve_ask("k", "task_1", &ask(0, 800, at(), Some("g")), ttl)
         .await
         .unwrap()
         .unwrap()
@@ -32,7 +32,7 @@ async fn task_held(dir: &std::path::Path, ttl: u64) -> Reservation {
 
 /// What the next ask of up to 1,000 on key `k` in group `g` is granted.
 async fn next_grant(s: &EmbeddedStore) -> Micros {
-    grant(s, "k", "r2", &ask(0, 1_000, AT, Some("g")))
+    grant(s, "k", "r2", &ask(0, 1_000, at(), Some("g")))
         .await
         .amount
 }
@@ -47,15 +47,15 @@ async fn a_settle_after_expiry_charges_the_period_and_group_counters() {
         .await
         .unwrap();
     let r = s
-        .reserve_ask("k", "r1", &ask(0, 600, AT, Some("g")), 10)
+        .reserve_ask("k", "r1", &ask(0, 600, at(), Some("g")), 10)
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(standing(&s, Scope::Key, "k", AT).await.day, 600);
+    assert_eq!(standing(&s, Scope::Key, "k", at()).await.day, 600);
     s.advance_clock(11);
-    let k = standing(&s, Scope::Key, "k", AT).await;
+    let k = standing(&s, Scope::Key, "k", at()).await;
     assert_eq!((k.day, k.in_flight), (0, 0), "the expired hold is released");
-    assert_eq!(standing(&s, Scope::Group, "g", AT).await.day, 0);
+    assert_eq!(standing(&s, Scope::Group, "g", at()).await.day, 0);
     s.settle(&r, 500).await.unwrap();
     settled_today(&s, 500).await;
     assert_eq!(next_grant(&s).await, 500);
@@ -72,7 +72,7 @@ async fn settled_period_spend_and_group_spend_survive_a_restart() {
         s.create_key(&key("k", None, Some("g"), day_budget(1_000)))
             .await
             .unwrap();
-        let r = grant(&s, "k", "r1", &ask(0, 700, AT, Some("g"))).await;
+        let r = grant(&s, "k", "r1", &ask(0, 700, at(), Some("g"))).await;
         s.settle(&r, 700).await.unwrap();
     }
     let s = EmbeddedStore::open(dir.path()).unwrap();
@@ -91,12 +91,12 @@ async fn a_task_hold_keeps_its_counters_across_a_restart() {
     let s = EmbeddedStore::open(dir.path()).unwrap();
     s.lock_exclusive().unwrap();
     // Still held, on the key's day and the group's.
-    assert_eq!(standing(&s, Scope::Group, "g", AT).await.day, 800);
-    assert_eq!(standing(&s, Scope::Key, "k", AT).await.day, 800);
+    assert_eq!(standing(&s, Scope::Group, "g", at()).await.day, 800);
+    assert_eq!(standing(&s, Scope::Key, "k", at()).await.day, 800);
     // The settle charges the day the hold was on, whatever day it is now.
     s.settle(&r, 300).await.unwrap();
     settled_today(&s, 300).await;
-    assert_eq!(standing(&s, Scope::Key, "k", AT + DAY).await.day, 0);
+    assert_eq!(standing(&s, Scope::Key, "k", at() + DAY).await.day, 0);
 }
 
 #[tokio::test]
@@ -129,20 +129,20 @@ async fn reserve_and_settle_stay_idempotent_with_a_policy() {
     s.create_key(&key("k", Some(5_000), Some("g"), policy))
         .await
         .unwrap();
-    let a = tokens(ask(0, 400, AT, Some("g")), 100);
+    let a = tokens(ask(0, 400, at(), Some("g")), 100);
     let r = grant(&s, "k", "r1", &a).await;
-    let again = grant(&s, "k", "r1", &tokens(ask(0, 900, AT, Some("g")), 100)).await;
+    let again = grant(&s, "k", "r1", &tokens(ask(0, 900, at(), Some("g")), 100)).await;
     assert_eq!(again, r);
     for scope in [Scope::Key, Scope::Group] {
         let id = if scope == Scope::Key { "k" } else { "g" };
-        let st = standing(&s, scope, id, AT).await;
+        let st = standing(&s, scope, id, at()).await;
         assert_eq!((st.day, st.minute_tokens, st.in_flight), (400, 100, 1));
     }
     s.settle(&r, 250).await.unwrap();
     s.settle(&r, 250).await.unwrap();
     for scope in [Scope::Key, Scope::Group] {
         let id = if scope == Scope::Key { "k" } else { "g" };
-        let st = standing(&s, scope, id, AT).await;
+        let st = standing(&s, scope, id, at()).await;
         assert_eq!((st.day, st.minute_tokens, st.in_flight), (250, 100, 0));
     }
     assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 250);
@@ -171,7 +171,7 @@ async fn update_key_persists_group_and_policy_and_the_ledger_follows() {
         .await
         .unwrap();
     assert_eq!(
-        grant(&s, "k", "r1", &ask(0, 500, AT, None)).await.amount,
+        grant(&s, "k", "r1", &ask(0, 500, at(), None)).await.amount,
         500
     );
     s.update_key("k", &day_budget_patch(Some(100)))
@@ -179,7 +179,7 @@ async fn update_key_persists_group_and_policy_and_the_ledger_follows() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        grant(&s, "k", "r2", &ask(0, 500, AT, None)).await.amount,
+        grant(&s, "k", "r2", &ask(0, 500, at(), None)).await.amount,
         100
     );
     assert_eq!(
@@ -191,7 +191,7 @@ async fn update_key_persists_group_and_policy_and_the_ledger_follows() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        grant(&s, "k", "r3", &ask(0, 500, AT, None)).await.amount,
+        grant(&s, "k", "r3", &ask(0, 500, at(), None)).await.amount,
         500
     );
     assert_eq!(s.list_keys().await.unwrap()[0].policy, Policy::default());
@@ -266,7 +266,7 @@ async fn an_older_database_gains_the_new_columns() {
         (40, None, Policy::default())
     );
     assert_eq!(
-        grant(&s, "k", "task_1", &ask(0, 100, AT, None))
+        grant(&s, "k", "task_1", &ask(0, 100, at(), None))
             .await
             .amount,
         60

@@ -8,8 +8,25 @@ use crate::store::policy::{periods, GroupAsk, Limit, LimitKind, PeriodKind, Poli
 use crate::store::KeyStatus;
 use jiff::tz::TimeZone;
 
-/// 2026-11-24T10:00:00Z, a Tuesday.
-pub(super) const AT: i64 = 1_795_514_400;
+/// 10:00 UTC on a Tuesday whose Monday and Wednesday are in its month, the first such
+/// from today on: the tests' day, week and month, with a day on either side of it. It
+/// follows the clock because the store drops a period's counters a day after the period
+/// ends (`STALE_PERIOD`): a fixed day would turn every restart test red two days later.
+pub(super) fn at() -> i64 {
+    static AT: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *AT.get_or_init(|| {
+        let today = jiff::Timestamp::now().to_zoned(TimeZone::UTC).date();
+        let mut day = today;
+        while day.weekday() != jiff::civil::Weekday::Tuesday || !(2..=27).contains(&day.day()) {
+            day = day.tomorrow().expect("a date after today");
+        }
+        day.at(10, 0, 0, 0)
+            .to_zoned(TimeZone::UTC)
+            .expect("10:00 UTC exists")
+            .timestamp()
+            .as_second()
+    })
+}
 pub(super) const DAY: i64 = 86_400;
 
 /// A fresh store in its own directory (kept as long as the store is used).
@@ -84,7 +101,7 @@ pub(super) fn usage(
 ) -> UsageRecord {
     UsageRecord {
         request_id: rid.into(),
-        time_ms: AT * 1000,
+        time_ms: at() * 1000,
         key_id: key_id.into(),
         endpoint: "/v1/chat/completions".into(),
         model: "m".into(),
@@ -108,19 +125,19 @@ async fn a_day_budget_refuses_once_spent_and_the_next_day_is_fresh() {
     s.create_key(&key("k", None, None, day_budget(1_000)))
         .await
         .unwrap();
-    let r = grant(&s, "k", "r1", &ask(1, 600, AT, None)).await;
+    let r = grant(&s, "k", "r1", &ask(1, 600, at(), None)).await;
     assert_eq!(r.amount, 600);
     s.settle(&r, 600).await.unwrap();
-    let r = grant(&s, "k", "r2", &ask(1, 600, AT + 60, None)).await;
+    let r = grant(&s, "k", "r2", &ask(1, 600, at() + 60, None)).await;
     assert_eq!(r.amount, 400, "clamped to what the day leaves");
     s.settle(&r, 400).await.unwrap();
     assert_eq!(
-        s.reserve_ask("k", "r3", &ask(1, 600, AT + 120, None), 60)
+        s.reserve_ask("k", "r3", &ask(1, 600, at() + 120, None), 60)
             .await
             .unwrap(),
         limit(Scope::Key, LimitKind::Budget(PeriodKind::Day))
     );
-    let next = grant(&s, "k", "r4", &ask(1, 600, AT + DAY, None)).await;
+    let next = grant(&s, "k", "r4", &ask(1, 600, at() + DAY, None)).await;
     assert_eq!(next.amount, 600, "a new day's label starts from nothing");
     assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 1_000);
 }
@@ -137,7 +154,7 @@ async fn the_grant_is_what_the_tightest_limit_leaves_and_the_first_short_one_ref
     s.create_key(&key("k", Some(300), None, policy))
         .await
         .unwrap();
-    let a = |min, max| ask(min, max, AT, None);
+    let a = |min, max| ask(min, max, at(), None);
     assert_eq!(
         s.reserve_ask("k", "r1", &a(400, 5_000), 60).await.unwrap(),
         Err(ReserveDenied::QuotaExhausted),
@@ -154,7 +171,7 @@ async fn the_grant_is_what_the_tightest_limit_leaves_and_the_first_short_one_ref
     );
     s.settle(&r, 200).await.unwrap();
     // The next day: the week (300 left) and the lifetime (100 left) bind.
-    let r = grant(&s, "k", "r4", &ask(0, 5_000, AT + DAY, None)).await;
+    let r = grant(&s, "k", "r4", &ask(0, 5_000, at() + DAY, None)).await;
     assert_eq!(r.amount, 100);
 }
 
@@ -169,22 +186,22 @@ async fn a_group_budget_is_shared_by_its_keys() {
             .await
             .unwrap();
     }
-    let r = grant(&s, "a", "r1", &ask(1, 700, AT, Some("g"))).await;
+    let r = grant(&s, "a", "r1", &ask(1, 700, at(), Some("g"))).await;
     assert_eq!(r.amount, 700);
-    let other = grant(&s, "b", "r2", &ask(1, 700, AT, Some("g"))).await;
+    let other = grant(&s, "b", "r2", &ask(1, 700, at(), Some("g"))).await;
     assert_eq!(other.amount, 300, "held by the other key counts too");
     s.settle(&r, 700).await.unwrap();
     s.settle(&other, 300).await.unwrap();
     assert_eq!(
-        s.reserve_ask("a", "r3", &ask(1, 1, AT, Some("g")), 60)
+        s.reserve_ask("a", "r3", &ask(1, 1, at(), Some("g")), 60)
             .await
             .unwrap(),
         limit(Scope::Group, LimitKind::Budget(PeriodKind::Day))
     );
     assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, 1_000);
-    assert_eq!(standing(&s, Scope::Group, "g", AT).await.day, 1_000);
+    assert_eq!(standing(&s, Scope::Group, "g", at()).await.day, 1_000);
     assert_eq!(
-        standing(&s, Scope::Key, "a", AT).await.day,
+        standing(&s, Scope::Key, "a", at()).await.day,
         0,
         "no key budget: not counted"
     );
@@ -201,15 +218,15 @@ async fn a_group_lifetime_cap_binds_every_key() {
             .await
             .unwrap();
     }
-    let r = grant(&s, "a", "r1", &ask(400, 400, AT, Some("g"))).await;
+    let r = grant(&s, "a", "r1", &ask(400, 400, at(), Some("g"))).await;
     assert_eq!(
-        s.reserve_ask("b", "r2", &ask(200, 200, AT, Some("g")), 60)
+        s.reserve_ask("b", "r2", &ask(200, 200, at(), Some("g")), 60)
             .await
             .unwrap(),
         limit(Scope::Group, LimitKind::Quota)
     );
     assert_eq!(
-        grant(&s, "b", "r3", &ask(0, 200, AT, Some("g")))
+        grant(&s, "b", "r3", &ask(0, 200, at(), Some("g")))
             .await
             .amount,
         100
@@ -217,7 +234,7 @@ async fn a_group_lifetime_cap_binds_every_key() {
     s.settle(&r, 350).await.unwrap();
     assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, 350);
     assert_eq!(
-        grant(&s, "b", "r4", &ask(0, 200, AT, Some("g")))
+        grant(&s, "b", "r4", &ask(0, 200, at(), Some("g")))
             .await
             .amount,
         50,
@@ -236,7 +253,7 @@ async fn tpm_is_all_or_nothing_and_settles_to_the_real_count() {
     s.create_key(&key("k", None, Some("g"), tpm(1_000)))
         .await
         .unwrap();
-    let a = |n| tokens(ask(0, 10, AT, Some("g")), n);
+    let a = |n| tokens(ask(0, 10, at(), Some("g")), n);
     let r1 = grant(&s, "k", "r1", &a(600)).await;
     assert_eq!(
         s.reserve_ask("k", "r2", &a(600), 60).await.unwrap(),
@@ -244,23 +261,32 @@ async fn tpm_is_all_or_nothing_and_settles_to_the_real_count() {
         "600 more would pass 1000: nothing is taken"
     );
     let r3 = grant(&s, "k", "r3", &a(400)).await;
-    assert_eq!(standing(&s, Scope::Key, "k", AT).await.minute_tokens, 1_000);
+    assert_eq!(
+        standing(&s, Scope::Key, "k", at()).await.minute_tokens,
+        1_000
+    );
     // 150 tokens were used of the 600 held: the minute keeps 150.
     s.settle_logged(&r1, 5, &usage("k", "r1", 100, 50, 5))
         .await
         .unwrap();
-    assert_eq!(standing(&s, Scope::Key, "k", AT).await.minute_tokens, 550);
-    assert_eq!(standing(&s, Scope::Group, "g", AT).await.minute_tokens, 550);
+    assert_eq!(standing(&s, Scope::Key, "k", at()).await.minute_tokens, 550);
+    assert_eq!(
+        standing(&s, Scope::Group, "g", at()).await.minute_tokens,
+        550
+    );
     grant(&s, "k", "r4", &a(450)).await;
     // A settle without a record keeps what was held.
     s.settle(&r3, 1).await.unwrap();
-    assert_eq!(standing(&s, Scope::Key, "k", AT).await.minute_tokens, 1_000);
+    assert_eq!(
+        standing(&s, Scope::Key, "k", at()).await.minute_tokens,
+        1_000
+    );
     // The next minute is fresh.
     grant(
         &s,
         "k",
         "r5",
-        &tokens(ask(0, 10, AT + 60, Some("g")), 1_000),
+        &tokens(ask(0, 10, at() + 60, Some("g")), 1_000),
     )
     .await;
     // The group's own tpm: another key of the group, without a tpm of its own.
@@ -271,11 +297,11 @@ async fn tpm_is_all_or_nothing_and_settles_to_the_real_count() {
         &s,
         "k2",
         "r6",
-        &tokens(ask(0, 10, AT + 60, Some("g")), 4_000),
+        &tokens(ask(0, 10, at() + 60, Some("g")), 4_000),
     )
     .await;
     assert_eq!(
-        s.reserve_ask("k2", "r7", &tokens(ask(0, 10, AT + 60, Some("g")), 1), 60)
+        s.reserve_ask("k2", "r7", &tokens(ask(0, 10, at() + 60, Some("g")), 1), 60)
             .await
             .unwrap(),
         limit(Scope::Group, LimitKind::Tpm)
@@ -296,7 +322,7 @@ async fn max_concurrent_refuses_the_extra_one_and_frees_on_settle_and_expiry() {
     s.create_key(&key("k2", None, Some("g"), Policy::default()))
         .await
         .unwrap();
-    let a = ask(0, 10, AT, Some("g"));
+    let a = ask(0, 10, at(), Some("g"));
     let r1 = grant(&s, "k", "r1", &a).await;
     grant(&s, "k", "r2", &a).await;
     assert_eq!(
@@ -305,17 +331,17 @@ async fn max_concurrent_refuses_the_extra_one_and_frees_on_settle_and_expiry() {
     );
     s.settle(&r1, 1).await.unwrap();
     grant(&s, "k", "r3", &a).await;
-    assert_eq!(standing(&s, Scope::Key, "k", AT).await.in_flight, 2);
+    assert_eq!(standing(&s, Scope::Key, "k", at()).await.in_flight, 2);
     // The group's: 2 of k and 1 of k2 make 3.
     grant(&s, "k2", "r4", &a).await;
     assert_eq!(
         s.reserve_ask("k2", "r5", &a, 60).await.unwrap(),
         limit(Scope::Group, LimitKind::Concurrent)
     );
-    assert_eq!(standing(&s, Scope::Group, "g", AT).await.in_flight, 3);
+    assert_eq!(standing(&s, Scope::Group, "g", at()).await.in_flight, 3);
     // Expired holds leave the counts.
     s.advance_clock(61);
-    assert_eq!(standing(&s, Scope::Group, "g", AT).await.in_flight, 0);
+    assert_eq!(standing(&s, Scope::Group, "g", at()).await.in_flight, 0);
     grant(&s, "k", "r6", &a).await;
     grant(&s, "k", "r7", &a).await;
     grant(&s, "k2", "r8", &a).await;
@@ -332,7 +358,7 @@ async fn more_money_for_a_request_in_flight_does_not_count_again() {
         .await
         .unwrap();
     s.create_key(&key("k", None, Some("g"), one)).await.unwrap();
-    let a = ask(0, 10, AT, Some("g"));
+    let a = ask(0, 10, at(), Some("g"));
     let first = grant(&s, "k", "session", &a).await;
     // A realtime session's next block: granted, and the session still counts once.
     let more = Ask {
@@ -340,16 +366,16 @@ async fn more_money_for_a_request_in_flight_does_not_count_again() {
         ..a.clone()
     };
     let block = grant(&s, "k", "session-1", &more).await;
-    assert_eq!(standing(&s, Scope::Key, "k", AT).await.in_flight, 1);
-    assert_eq!(standing(&s, Scope::Group, "g", AT).await.in_flight, 1);
+    assert_eq!(standing(&s, Scope::Key, "k", at()).await.in_flight, 1);
+    assert_eq!(standing(&s, Scope::Group, "g", at()).await.in_flight, 1);
     assert_eq!(
         s.reserve_ask("k", "other", &a, 60).await.unwrap(),
         limit(Scope::Key, LimitKind::Concurrent)
     );
     s.settle(&block, 1).await.unwrap();
-    assert_eq!(standing(&s, Scope::Key, "k", AT).await.in_flight, 1);
+    assert_eq!(standing(&s, Scope::Key, "k", at()).await.in_flight, 1);
     s.settle(&first, 1).await.unwrap();
-    assert_eq!(standing(&s, Scope::Group, "g", AT).await.in_flight, 0);
+    assert_eq!(standing(&s, Scope::Group, "g", at()).await.in_flight, 0);
     grant(&s, "k", "other", &a).await;
 }
 
@@ -369,7 +395,9 @@ async fn an_ask_naming_another_group_than_the_key_s_is_stale() {
         .unwrap();
     for (k, g) in [("k", None), ("k", Some("h")), ("free", Some("g"))] {
         assert_eq!(
-            s.reserve_ask(k, "r", &ask(0, 1, AT, g), 60).await.unwrap(),
+            s.reserve_ask(k, "r", &ask(0, 1, at(), g), 60)
+                .await
+                .unwrap(),
             Err(ReserveDenied::Stale),
             "{k} asked with {g:?}"
         );
@@ -386,9 +414,9 @@ async fn an_ask_naming_another_group_than_the_key_s_is_stale() {
     };
     let rec = s.update_key("k", &patch).await.unwrap().unwrap();
     assert_eq!(rec.group.as_deref(), Some("h"));
-    grant(&s, "k", "r1", &ask(0, 1, AT, Some("h"))).await;
+    grant(&s, "k", "r1", &ask(0, 1, at(), Some("h"))).await;
     assert_eq!(
-        s.reserve_ask("k", "r2", &ask(0, 1, AT, Some("g")), 60)
+        s.reserve_ask("k", "r2", &ask(0, 1, at(), Some("g")), 60)
             .await
             .unwrap(),
         Err(ReserveDenied::Stale)
@@ -401,7 +429,7 @@ async fn a_missing_or_disabled_group_refuses() {
     s.create_key(&key("k", None, Some("g"), Policy::default()))
         .await
         .unwrap();
-    let a = ask(0, 1, AT, Some("g"));
+    let a = ask(0, 1, at(), Some("g"));
     let refused = limit(Scope::Group, LimitKind::Group);
     assert_eq!(s.reserve_ask("k", "r1", &a, 60).await.unwrap(), refused);
     let mut g = group("g", None, Policy::default());
@@ -422,11 +450,11 @@ async fn a_missing_or_disabled_group_refuses() {
 async fn standing_reports_each_period_the_minute_and_requests_in_flight() {
     let (_dir, s) = opened();
     assert_eq!(
-        standing(&s, Scope::Key, "nobody", AT).await,
+        standing(&s, Scope::Key, "nobody", at()).await,
         Standing::default()
     );
     assert_eq!(
-        standing(&s, Scope::Group, "none", AT).await,
+        standing(&s, Scope::Group, "none", at()).await,
         Standing::default()
     );
     let policy = Policy {
@@ -437,12 +465,12 @@ async fn standing_reports_each_period_the_minute_and_requests_in_flight() {
     };
     s.create_key(&key("k", None, None, policy)).await.unwrap();
     // Yesterday (same week and month), then today with one still held.
-    let r = grant(&s, "k", "r1", &ask(0, 100, AT - DAY, None)).await;
+    let r = grant(&s, "k", "r1", &ask(0, 100, at() - DAY, None)).await;
     s.settle(&r, 100).await.unwrap();
-    let r = grant(&s, "k", "r2", &ask(0, 200, AT, None)).await;
+    let r = grant(&s, "k", "r2", &ask(0, 200, at(), None)).await;
     s.settle(&r, 150).await.unwrap();
-    grant(&s, "k", "r3", &tokens(ask(0, 30, AT, None), 77)).await;
-    let st = standing(&s, Scope::Key, "k", AT).await;
+    grant(&s, "k", "r3", &tokens(ask(0, 30, at(), None), 77)).await;
+    let st = standing(&s, Scope::Key, "k", at()).await;
     assert_eq!(
         st,
         Standing {
@@ -454,7 +482,7 @@ async fn standing_reports_each_period_the_minute_and_requests_in_flight() {
         }
     );
     assert_eq!(
-        standing(&s, Scope::Key, "k", AT + 60).await.minute_tokens,
+        standing(&s, Scope::Key, "k", at() + 60).await.minute_tokens,
         0
     );
 }
@@ -480,7 +508,7 @@ async fn a_burst_never_spends_past_a_key_or_group_budget() {
             tokio::spawn(async move {
                 let rid = format!("r{n}");
                 match s
-                    .reserve_ask(k, &rid, &ask(1, 70, AT, Some("g")), 60)
+                    .reserve_ask(k, &rid, &ask(1, 70, at(), Some("g")), 60)
                     .await
                     .unwrap()
                 {
@@ -508,9 +536,9 @@ async fn a_burst_never_spends_past_a_key_or_group_budget() {
     assert!(a <= 1_000 && b <= 1_000 && a + b <= 1_500, "{a} {b}");
     // Every refusal met a full budget; a settle gives back at most 2 of its grant.
     assert!(a + b >= 1_500 - 2 * 64, "the budgets were used: {a} + {b}");
-    assert_eq!(standing(&s, Scope::Key, "a", AT).await.day, a);
-    assert_eq!(standing(&s, Scope::Key, "b", AT).await.day, b);
-    let g = standing(&s, Scope::Group, "g", AT).await;
+    assert_eq!(standing(&s, Scope::Key, "a", at()).await.day, a);
+    assert_eq!(standing(&s, Scope::Key, "b", at()).await.day, b);
+    let g = standing(&s, Scope::Group, "g", at()).await;
     assert_eq!((g.day, g.in_flight), (a + b, 0));
     assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, a + b);
     assert_eq!(s.get_key("a").await.unwrap().unwrap().quota_used, a);
@@ -525,7 +553,7 @@ async fn a_group_made_anew_starts_from_nothing() {
     s.create_key(&key("k", None, Some("g"), Policy::default()))
         .await
         .unwrap();
-    let a = ask(0, 400, AT, Some("g"));
+    let a = ask(0, 400, at(), Some("g"));
     let spent = grant(&s, "k", "r1", &a).await;
     s.settle(&spent, 300).await.unwrap();
     let late = grant(&s, "k", "r2", &a).await;
@@ -537,12 +565,12 @@ async fn a_group_made_anew_starts_from_nothing() {
         .unwrap();
     assert_eq!(s.get_group("g").await.unwrap().unwrap().quota_used, 0);
     assert_eq!(
-        standing(&s, Scope::Group, "g", AT).await,
+        standing(&s, Scope::Group, "g", at()).await,
         Standing::default()
     );
     assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 700);
     assert_eq!(
-        grant(&s, "k", "r3", &ask(0, 5_000, AT, Some("g")))
+        grant(&s, "k", "r3", &ask(0, 5_000, at(), Some("g")))
             .await
             .amount,
         1_000
