@@ -350,11 +350,10 @@ pub fn contiguous(entries: &[Entry], done: u64) -> &[Entry] {
 
 /// The last entry committed to this database.
 pub fn last_applied(c: &Connection) -> StoreResult<u64> {
-    c.query_row("SELECT seq FROM journal_applied WHERE id = 0", [], |r| {
-        r.get::<_, i64>(0)
-    })
-    .map(|s| s.max(0) as u64)
-    .map_err(internal)
+    c.prepare_cached("SELECT seq FROM journal_applied WHERE id = 0")
+        .and_then(|mut st| st.query_row([], |r| r.get::<_, i64>(0)))
+        .map(|s| s.max(0) as u64)
+        .map_err(internal)
 }
 
 /// Applies, inside the caller's transaction, the entries after the last one this
@@ -364,6 +363,7 @@ pub fn apply(c: &Connection, entries: &[Entry], rows: &UsageRows) -> StoreResult
     let done = last_applied(c)?;
     let mut last = done;
     let mut charges = Charges::default();
+    let mut usage = Vec::new();
     for e in entries.iter().filter(|e| e.seq > done) {
         if let Some(s) = &e.settle {
             if durable(&s.rid) {
@@ -389,11 +389,12 @@ pub fn apply(c: &Connection, entries: &[Entry], rows: &UsageRows) -> StoreResult
             }
         }
         if let Some((key, text)) = &e.usage {
-            rows.insert(c, key, text)?;
+            usage.push((key.as_str(), text.as_str()));
         }
         last = last.max(e.seq);
     }
     charges.write(c)?;
+    rows.insert_all(c, &usage)?;
     if last > done {
         exec(
             c,

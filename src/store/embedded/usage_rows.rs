@@ -14,6 +14,7 @@ use crate::store::StoreResult;
 use parking_lot::Mutex;
 use rusqlite::{params, Connection};
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// Usage rows kept per key.
 pub const USAGE_PER_KEY: i64 = 10_000;
@@ -53,17 +54,42 @@ impl UsageRows {
     /// Appends `text` to `key_id`'s records, inside the caller's transaction, and drops
     /// what is past the cap once the slack is used up.
     pub fn insert(&self, c: &Connection, key_id: &str, text: &str) -> StoreResult<()> {
-        exec(
-            c,
-            "INSERT INTO usage (key_id, record) VALUES (?1, ?2)",
-            params![key_id, text],
-        )
-        .map_err(internal)?;
+        self.insert_all(c, &[(key_id, text)])
+    }
+
+    /// Appends each `(key_id, text)` in order, as [`UsageRows::insert`] does one: up to
+    /// [`CHUNK`] rows per statement, so a statement's own work (and AUTOINCREMENT's update
+    /// of its counter) is paid once a chunk instead of once a row; then each key's count
+    /// and trim, once per key.
+    pub fn insert_all(&self, c: &Connection, rows: &[(&str, &str)]) -> StoreResult<()> {
+        for chunk in rows.chunks(CHUNK) {
+            let params: Vec<&dyn rusqlite::ToSql> = chunk
+                .iter()
+                .flat_map(|(k, t)| [k as &dyn rusqlite::ToSql, t as &dyn rusqlite::ToSql])
+                .collect();
+            exec(c, insert_sql(chunk.len()), params.as_slice()).map_err(internal)?;
+        }
+        let mut added: Vec<(&str, i64)> = Vec::new();
+        for (key, _) in rows {
+            match added.iter_mut().find(|(k, _)| k == key) {
+                Some((_, n)) => *n += 1,
+                None => added.push((key, 1)),
+            }
+        }
+        for (key, n) in added {
+            self.counted(c, key, n)?;
+        }
+        Ok(())
+    }
+
+    /// Counts `added` new rows of `key_id` and drops what is past the cap once the slack
+    /// is used up.
+    fn counted(&self, c: &Connection, key_id: &str, added: i64) -> StoreResult<()> {
         let mut keys = self.keys.lock();
         let rows = match keys.get_mut(key_id) {
             Some(r) if r.until_count > 0 => {
-                r.rows += 1;
-                r.until_count -= 1;
+                r.rows += added;
+                r.until_count -= added;
                 r.rows
             }
             _ => {
@@ -93,6 +119,23 @@ impl UsageRows {
         }
         Ok(())
     }
+}
+
+/// Most rows one insert statement carries.
+const CHUNK: usize = 16;
+
+/// The insert of `n` rows (1 to [`CHUNK`]), each statement made once.
+fn insert_sql(n: usize) -> &'static str {
+    static SQL: OnceLock<Vec<String>> = OnceLock::new();
+    let all = SQL.get_or_init(|| {
+        (1..=CHUNK)
+            .map(|n| {
+                let values = vec!["(?, ?)"; n].join(", ");
+                format!("INSERT INTO usage (key_id, record) VALUES {values}")
+            })
+            .collect()
+    });
+    &all[n.clamp(1, CHUNK) - 1]
 }
 
 #[cfg(test)]
@@ -179,5 +222,46 @@ mod tests {
         // After the recount (every cap's worth of inserts), the key is full again.
         insert_each(&u, &c, "a", 6..9);
         assert_eq!(rows(&c, "a"), ["a6", "a7", "a8"]);
+    }
+
+    /// A batch leaves what its rows inserted one at a time leave, in the same order,
+    /// across chunks, keys and trims.
+    #[test]
+    fn a_batch_inserts_and_trims_as_its_rows_one_by_one() {
+        let (one, all) = (table(), table());
+        let (u1, ua) = (UsageRows::with_cap(20), UsageRows::with_cap(20));
+        let mut batch = Vec::new();
+        for i in 0..90 {
+            let key = ["a", "b", "c"][i % 3 * (i % 7).min(1)];
+            batch.push((key, format!("{key}{i}")));
+        }
+        for part in batch.chunks(37) {
+            for (k, t) in part {
+                u1.insert(&one, k, t).unwrap();
+            }
+            let part: Vec<(&str, &str)> = part.iter().map(|(k, t)| (*k, t.as_str())).collect();
+            ua.insert_all(&all, &part).unwrap();
+        }
+        for key in ["a", "b", "c"] {
+            let (a, b) = (rows(&one, key), rows(&all, key));
+            assert!(b.len() >= 20 && b.len() < 21 + 37, "{key}: {}", b.len());
+            assert_eq!(
+                a[a.len() - 20..],
+                b[b.len() - 20..],
+                "{key}: the newest rows"
+            );
+        }
+        let order: Vec<String> = {
+            let mut st = all
+                .prepare("SELECT record FROM usage ORDER BY seq")
+                .unwrap();
+            st.query_map([], |r| r.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        let mut sorted = order.clone();
+        sorted.sort_by_key(|r| r[1..].parse::<u32>().unwrap());
+        assert_eq!(order, sorted, "rows keep the order they came in");
     }
 }

@@ -127,7 +127,10 @@ struct Watch {
 
 impl Watch {
     fn changed(&mut self, conn: &Connection) -> bool {
-        let now: Option<i64> = conn.query_row("PRAGMA data_version", [], |r| r.get(0)).ok();
+        let now: Option<i64> = conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut st| st.query_row([], |r| r.get(0)))
+            .ok();
         let changed = now.is_some() && self.version.is_some() && now != self.version;
         self.version = now.or(self.version);
         changed
