@@ -62,7 +62,7 @@ const MAX_GROUP: usize = 4_096;
 /// comes: nobody waits for them (the journal made them durable), so the wait only makes
 /// groups larger. A job (a key loaded, an admin change, a read waiting for the entries)
 /// ends it at once.
-const GATHER: Duration = Duration::from_millis(2);
+const GATHER: Duration = Duration::from_millis(10);
 /// How long the writer waits before applying entries again after their commit failed.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// Below this many jobs a second, a request commits its own job on its thread. Above it,
