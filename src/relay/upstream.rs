@@ -42,7 +42,7 @@ pub struct Outgoing<'a> {
 pub struct Exchange {
     pub channel: Arc<Channel>,
     http: HttpSession,
-    peer: HttpPeer,
+    peer: Arc<HttpPeer>,
     pub timing: Timing,
 }
 
@@ -73,7 +73,7 @@ impl Exchange {
             failed(ErrorKind::Connect);
             OpenError::NotSent(GatewayError::Upstream(UpstreamFailure::Connect))
         };
-        let peer = channel.peer().await.map_err(|e| {
+        let peer = channel.shared_peer().await.map_err(|e| {
             tracing::warn!(channel = %channel.name, error = %e, "upstream address lookup failed");
             unreachable()
         })?;
@@ -89,7 +89,7 @@ impl Exchange {
                 tracing::error!(channel = %channel.name, error = %e, "cannot build upstream request");
                 OpenError::NotSent(GatewayError::Internal)
             })?;
-            let (mut http, reused) = gw.connector.get_http_session(&peer).await.map_err(|e| {
+            let (mut http, reused) = gw.connector.get_http_session(&*peer).await.map_err(|e| {
                 tracing::warn!(channel = %channel.name, error = %e, "upstream connect failed");
                 unreachable()
             })?;
@@ -190,7 +190,7 @@ impl Exchange {
     pub async fn finish(mut self, gw: &Gateway) {
         if self.http.response_done() {
             gw.connector
-                .release_http_session(self.http, &self.peer, Some(Duration::from_secs(60)))
+                .release_http_session(self.http, &*self.peer, Some(Duration::from_secs(60)))
                 .await;
         } else {
             self.http.shutdown().await;
