@@ -367,15 +367,15 @@ impl Channel {
     /// its 672 bytes along with every exchange showed in the proxy threads' profile.
     pub async fn shared_peer(&self) -> std::io::Result<Arc<HttpPeer>> {
         let addr = self.resolver.pick().await?;
-        if let Some((_, p)) = self.peers.lock().iter().find(|(a, _)| *a == addr) {
+        let mut peers = self.peers.lock();
+        if let Some((_, p)) = peers.iter().find(|(a, _)| *a == addr) {
             return Ok(p.clone());
         }
-        let peer = Arc::new(self.peer_at(addr));
-        let mut peers = self.peers.lock();
         // A name whose addresses keep changing does not grow the list without end.
         if peers.len() >= MAX_SHARED_PEERS {
             peers.clear();
         }
+        let peer = Arc::new(self.peer_at(addr));
         peers.push((addr, peer.clone()));
         Ok(peer)
     }
