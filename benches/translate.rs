@@ -200,6 +200,7 @@ fn main() {
                     created: 0,
                     client_wants_usage: true,
                     client_sse: true,
+                    charge: None,
                 };
                 let mut t = stream_translator(upstream, client, ctx);
                 let mut out = Vec::with_capacity(bytes.len() * 2);

@@ -110,6 +110,10 @@ struct PolicyFields {
     /// IANA time zone of the budgets' calendar (default: the gateway's `limits.time_zone`).
     #[arg(long)]
     time_zone: Option<String>,
+    /// What requests are charged per USD of provider cost (a reseller's 1.2); a key's
+    /// own takes precedence over its group's.
+    #[arg(long)]
+    price_multiplier: Option<String>,
 }
 
 #[derive(Args)]
@@ -239,6 +243,7 @@ impl PolicyFields {
             tpm: none_or(&self.tpm, "tpm")?,
             max_concurrent: none_or(&self.max_concurrent, "max-concurrent")?,
             time_zone: none_or(&self.time_zone, "time-zone")?,
+            price_multiplier: none_or(&self.price_multiplier, "price-multiplier")?,
         })
     }
 }

@@ -27,6 +27,9 @@ pub struct Ctx {
     pub status: u16,
     /// What the operator's metrics, access log and trace learn of the request.
     pub obs: crate::observe::Obs,
+    /// What a whole answer cost the key, for the cost header (and whether it was
+    /// estimated); set when the request settles before its answer is written.
+    pub charged: Option<(Micros, bool)>,
 }
 
 /// The usage-relevant facts of a request, filled in as they become known.
@@ -41,6 +44,12 @@ pub struct Record {
     pub estimated: bool,
     /// Cost reported beyond the reservation: recorded, never charged.
     pub overrun: Micros,
+    /// The provider's cost at the channel's prices (`cost` is the key's charge), and its
+    /// lines.
+    pub provider_cost: Micros,
+    pub bill: crate::billing::Bill,
+    /// The key's price multiplier (1 unless the key or its group sets one).
+    pub multiplier: crate::billing::Multiplier,
     pub stream: bool,
 }
 
@@ -96,6 +105,7 @@ impl Ctx {
             record: None,
             status: 0,
             obs: crate::observe::Obs::default(),
+            charged: None,
         }
     }
 
@@ -121,6 +131,10 @@ impl Ctx {
             cost: rec.cost,
             estimated: rec.estimated,
             overrun: rec.overrun,
+            provider_cost: Some(rec.provider_cost),
+            bill: rec.bill,
+            multiplier_ppm: (rec.multiplier != crate::billing::Multiplier::ONE)
+                .then_some(rec.multiplier.0),
             status,
             latency_ms: self.started.elapsed().as_millis() as u64,
             stream: rec.stream,
@@ -140,6 +154,11 @@ impl Default for Ctx {
 
 /// A response header with the request id every response carries.
 /// `None` only for a status outside 100..=999, which no caller passes.
+/// What a whole answer cost the key, in USD (README, "The cost on the answer").
+pub const COST_HEADER: &str = "x-gateway-cost-usd";
+/// Present (`true`) when that cost was counted by the gateway, not reported upstream.
+pub const COST_ESTIMATED_HEADER: &str = "x-gateway-cost-estimated";
+
 pub fn response_header(
     ctx: &Ctx,
     status: u16,
@@ -149,6 +168,12 @@ pub fn response_header(
     let mut h = ResponseHeader::build(status, Some(4)).ok()?;
     let _ = h.insert_header(http::header::CONTENT_TYPE, content_type);
     let _ = h.insert_header("x-request-id", ctx.request_id.as_str());
+    if let Some((micros, estimated)) = ctx.charged {
+        let _ = h.insert_header(COST_HEADER, crate::protocol::usd_text(micros));
+        if estimated {
+            let _ = h.insert_header(COST_ESTIMATED_HEADER, "true");
+        }
+    }
     match len {
         Some(n) => {
             let _ = h.insert_header(http::header::CONTENT_LENGTH, n.to_string());

@@ -108,6 +108,7 @@ fn translate(pair: (Protocol, Protocol), sse: bool, pieces: &[&[u8]]) -> (Vec<u8
         created: 1,
         client_wants_usage: true,
         client_sse: sse,
+        charge: None,
     };
     let mut t = stream_translator(pair.0, pair.1, ctx);
     let mut out = Vec::new();

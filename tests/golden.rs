@@ -313,6 +313,7 @@ fn streams() {
                     created: 1700000000,
                     client_wants_usage: true,
                     client_sse: *client_sse,
+                    charge: None,
                 };
                 let (path, usage_path) =
                     (input.to(target, ext), input.to(name(client), "usage.json"));

@@ -19,15 +19,18 @@ fn micros(m: i64) -> f64 {
 fn price_json(p: &Price) -> Value {
     let mut v = Map::new();
     if p.input_priced {
-        v.insert("input".into(), json!(per_million(p.input_pico)));
+        v.insert("input".into(), json!(per_million(p.rates.input)));
         v.insert(
             "cached_input".into(),
-            json!(per_million(p.cached_input_pico)),
+            json!(per_million(p.rates.cached_input)),
         );
-        v.insert("cache_write".into(), json!(per_million(p.cache_write_pico)));
+        v.insert(
+            "cache_write".into(),
+            json!(per_million(p.rates.cache_write)),
+        );
     }
     if p.output_priced {
-        v.insert("output".into(), json!(per_million(p.output_pico)));
+        v.insert("output".into(), json!(per_million(p.rates.output)));
     }
     if !p.per_image.is_empty() {
         let imgs: Map<String, Value> = p

@@ -4,7 +4,7 @@
 
 use super::fields::{bad, micros_to_usd, nullable, rfc3339, usd_field};
 use super::store_error;
-use crate::billing::Calendar;
+use crate::billing::{Calendar, Multiplier};
 use crate::errors::GatewayError;
 use crate::store::policy::{time_zone, valid_group_id};
 use crate::store::{
@@ -28,6 +28,9 @@ pub struct PolicyInput {
     pub max_concurrent: Option<Option<u32>>,
     #[serde(default, deserialize_with = "nullable")]
     pub time_zone: Option<Option<String>>,
+    /// USD charged per USD of provider cost.
+    #[serde(default, deserialize_with = "nullable")]
+    pub price_multiplier: Option<Option<f64>>,
 }
 
 /// Its field names: keys and groups accept these besides their own.
@@ -38,6 +41,7 @@ pub const POLICY_FIELDS: &[&str] = &[
     "tpm",
     "max_concurrent",
     "time_zone",
+    "price_multiplier",
 ];
 
 impl PolicyInput {
@@ -61,7 +65,17 @@ impl PolicyInput {
                 ));
             }
         }
+        let price_multiplier_ppm = match self.price_multiplier {
+            Some(Some(v)) => Some(Some(
+                Multiplier::from_f64(v)
+                    .map_err(|m| bad("price_multiplier", format!("`price_multiplier` {m}")))?
+                    .0,
+            )),
+            Some(None) => Some(None),
+            None => None,
+        };
         Ok(PolicyPatch {
+            price_multiplier_ppm,
             budget_day: usd_field("budget_day_usd", self.budget_day_usd)?,
             budget_week: usd_field("budget_week_usd", self.budget_week_usd)?,
             budget_month: usd_field("budget_month_usd", self.budget_month_usd)?,
@@ -93,6 +107,10 @@ pub fn view_into(out: &mut Map<String, Value>, p: &Policy) {
     out.insert("tpm".into(), json!(p.tpm));
     out.insert("max_concurrent".into(), json!(p.max_concurrent));
     out.insert("time_zone".into(), json!(p.time_zone));
+    out.insert(
+        "price_multiplier".into(),
+        json!(p.price_multiplier_ppm.map(|m| Multiplier(m).as_f64())),
+    );
 }
 
 /// Every limit of one scope with what is used and left now: `prefix` is `""` for a key,

@@ -26,6 +26,16 @@ impl AuthKey {
         AuthKey { rec, group, nets }
     }
 
+    /// What this key's requests are charged per micro-USD of provider cost: its own
+    /// multiplier, else its group's, else 1.
+    pub fn price_multiplier(&self) -> crate::billing::Multiplier {
+        self.rec
+            .policy
+            .price_multiplier_ppm
+            .or_else(|| self.group.as_ref()?.policy.price_multiplier_ppm)
+            .map_or(crate::billing::Multiplier::ONE, crate::billing::Multiplier)
+    }
+
     /// Disabled and expired keys are rejected for every path, local ones included.
     pub fn check_active(&self, now_secs: i64) -> Result<(), GatewayError> {
         if self.rec.status != KeyStatus::Enabled {

@@ -12,6 +12,7 @@
 //!   retry after a lost reply charges and logs nothing twice.
 
 use super::keeper::{self, Kept};
+use super::Multiplier;
 use crate::store::{Ask, Micros, Reservation, ReserveDenied, Store, StoreResult, UsageRecord};
 use std::sync::Arc;
 use std::time::Duration;
@@ -96,6 +97,8 @@ pub struct ReservationGuard {
     /// The settle being awaited: what a cancelled call leaves for `Drop` to retry.
     in_flight: Option<(Micros, Option<UsageRecord>)>,
     keep_alive: Option<Kept>,
+    /// What the key is charged per micro-USD of provider cost.
+    multiplier: Multiplier,
 }
 
 impl ReservationGuard {
@@ -109,7 +112,31 @@ impl ReservationGuard {
             charge_on_drop: 0,
             in_flight: None,
             keep_alive,
+            multiplier: Multiplier::ONE,
         }
+    }
+
+    /// Charges the key `m` per micro-USD of provider cost (its price multiplier).
+    pub fn with_multiplier(mut self, m: Multiplier) -> ReservationGuard {
+        self.multiplier = m;
+        self
+    }
+
+    pub fn multiplier(&self) -> Multiplier {
+        self.multiplier
+    }
+
+    /// The provider cost the reservation pays for (the key's multiplier taken out).
+    pub fn provider_budget(&self) -> Micros {
+        self.multiplier.unapply_micros(self.amount())
+    }
+
+    /// What the key is charged for `provider_cost`: the multiplier applied, never more
+    /// than was reserved.
+    pub fn charge_for(&self, provider_cost: Micros) -> Micros {
+        self.multiplier
+            .apply_micros(provider_cost)
+            .clamp(0, self.amount())
     }
 
     pub fn amount(&self) -> Micros {

@@ -63,6 +63,13 @@ pub struct RawChannel {
     /// This channel's circuit options; default: the top-level `circuit`.
     #[serde(default)]
     pub circuit: Option<RawCircuit>,
+    /// Prices of the models this channel serves that differ from the top-level `prices`
+    /// (a cloud's own rates, a discount contract), whole prices by model.
+    #[serde(default)]
+    pub prices: BTreeMap<String, crate::billing::raw::RawPrice>,
+    /// The top-level prices times this, for the models without a price of their own here.
+    #[serde(default)]
+    pub price_multiplier: Option<f64>,
 }
 
 /// Passive health: when a failing channel is taken out of rotation (per channel, or the

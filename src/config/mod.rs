@@ -8,7 +8,7 @@
 mod env;
 pub mod raw;
 
-use crate::billing::Price;
+use crate::billing::{Multiplier, Price};
 use crate::channels::{Channel, ChannelProtocol};
 use crate::media::images::Families;
 use crate::redact::{self, Hidden, Secrets};
@@ -232,6 +232,9 @@ pub struct Config {
     pub key_cache_ttl: Duration,
     pub channels: Vec<Arc<Channel>>,
     pub prices: BTreeMap<String, Price>,
+    /// By channel name: the prices of the models that channel bills differently from
+    /// `prices` (its own prices, or `prices` times its multiplier).
+    pub channel_prices: BTreeMap<String, BTreeMap<String, Price>>,
     pub image_families: Families,
     pub video: VideoConfig,
     /// Every configured secret (channel keys, the admin token), to keep out of the log.
@@ -244,7 +247,66 @@ pub struct Config {
     pub source: Option<PathBuf>,
 }
 
+/// A channel's own prices (`channels[i].prices`) and multiplier, taken out of its raw
+/// form and validated: the price of each of its models that differs from `prices`.
+fn channel_prices(
+    path: &str,
+    c: &mut crate::channels::RawChannel,
+    prices: &BTreeMap<String, Price>,
+) -> Result<BTreeMap<String, Price>, ConfigError> {
+    let multiplier = match c.price_multiplier.take() {
+        Some(v) => {
+            Multiplier::from_f64(v).map_err(|m| err(format!("{path}.price_multiplier"), m))?
+        }
+        None => Multiplier::ONE,
+    };
+    let mut own = BTreeMap::new();
+    for (model, p) in std::mem::take(&mut c.prices) {
+        let at = format!("{path}.prices.{model}");
+        if !c.models.contains(&model) {
+            return Err(err(
+                at,
+                "prices a model this channel does not list in `models`",
+            ));
+        }
+        own.insert(model, Price::from_raw(&p).map_err(|m| err(at, m))?);
+    }
+    if multiplier != Multiplier::ONE {
+        for model in &c.models {
+            if let (false, Some(p)) = (own.contains_key(model), prices.get(model)) {
+                own.insert(model.clone(), p.scaled(multiplier));
+            }
+        }
+    }
+    Ok(own)
+}
+
 impl Config {
+    /// The price `channel` bills `model` at: its own, else the top-level one.
+    pub fn channel_price(&self, channel: &str, model: &str) -> Option<&Price> {
+        self.channel_prices
+            .get(channel)
+            .and_then(|m| m.get(model))
+            .or_else(|| self.prices.get(model))
+    }
+
+    /// What a request for `model` reserves by: each rate at its dearest over the channels
+    /// that may serve it (any of them may answer). `None` when no channel has a price.
+    pub fn price_over(&self, model: &str, candidates: &[Arc<Channel>]) -> Option<Price> {
+        let mut worst: Option<Price> = None;
+        for c in candidates {
+            let Some(p) = self.channel_price(&c.name, model) else {
+                continue;
+            };
+            worst = Some(match worst {
+                None => p.clone(),
+                Some(w) if w == *p => w,
+                Some(w) => w.dearest(p),
+            });
+        }
+        worst.or_else(|| self.prices.get(model).cloned())
+    }
+
     /// Reads, expands and validates a configuration file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
@@ -396,6 +458,7 @@ impl Config {
         crate::channels::check_circuit(&raw.circuit).map_err(|e| err(e.field, e.message))?;
         let mut names = HashSet::new();
         let mut channels = Vec::new();
+        let mut channel_prices_of = BTreeMap::new();
         for (i, c) in raw.channels.into_iter().enumerate() {
             let path = format!("channels[{i}]");
             if !names.insert(c.name.clone()) {
@@ -404,8 +467,13 @@ impl Config {
                     format!("duplicate channel name `{}`", c.name),
                 ));
             }
+            let mut c = c;
+            let own = channel_prices(&path, &mut c, &prices)?;
             let channel = Channel::from_raw(c, &raw.circuit)
                 .map_err(|e| err(format!("{path}.{}", e.field), e.message))?;
+            if !own.is_empty() {
+                channel_prices_of.insert(channel.name.clone(), own);
+            }
             channels.push(Arc::new(channel));
         }
         let secrets = Secrets::new(
@@ -437,6 +505,7 @@ impl Config {
             key_cache_ttl: Duration::from_secs(raw.key_cache_ttl_secs),
             channels,
             prices,
+            channel_prices: channel_prices_of,
             image_families,
             video,
             log_format,
@@ -502,7 +571,7 @@ prices:
     fn parses_a_good_file() {
         let c = Config::parse(GOOD, Path::new("/etc/gw")).unwrap();
         assert_eq!(c.channels.len(), 1);
-        assert_eq!(c.prices["gpt-4o-mini"].input_pico, 150_000);
+        assert_eq!(c.prices["gpt-4o-mini"].rates.input, 150_000);
         match c.store {
             StoreConfig::Embedded { path } => assert_eq!(path, PathBuf::from("/etc/gw/./data")),
             other => panic!("{other:?}"),

@@ -1,6 +1,7 @@
 //! Stage one: the YAML file as plain structs. Unknown fields are errors, so a typo in a
 //! field name fails `check-config` with its path instead of silently taking a default.
 
+pub use crate::billing::raw::RawPrice;
 use crate::channels::raw::RawCircuit;
 use crate::channels::RawChannel;
 use crate::redact::{self, Hidden};
@@ -274,28 +275,4 @@ fn default_max_response() -> usize {
 
 fn default_reservation_ttl() -> u64 {
     3600
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawPrice {
-    /// USD per 1M input tokens.
-    pub input: Option<f64>,
-    /// USD per 1M output tokens (reasoning included).
-    pub output: Option<f64>,
-    /// USD per 1M cached input tokens; default: `input`.
-    pub cached_input: Option<f64>,
-    /// USD per 1M tokens written to a prompt cache; default: `input`.
-    pub cache_write: Option<f64>,
-    /// Output tokens reserved when a request names no limit of its own.
-    pub max_output_tokens: Option<u64>,
-    /// USD per image, by `size` or `size/quality` (`*` matches any size).
-    #[serde(default)]
-    pub per_image: BTreeMap<String, f64>,
-    /// USD per 1M characters of speech input.
-    pub per_million_chars: Option<f64>,
-    /// USD per minute of audio transcribed or translated.
-    pub per_minute: Option<f64>,
-    /// USD per second of generated video (times the number of videos).
-    pub per_second: Option<f64>,
 }

@@ -31,15 +31,64 @@ pub enum Protocol {
     Responses,
 }
 
-/// Token usage normalised across protocols (spec 2.6). `input_tokens` counts all prompt
-/// tokens, cached and cache-written ones included.
+/// Token usage normalised across protocols (spec 2.6), by the kinds vendors price apart.
+/// `input_tokens` counts all prompt tokens, and `output_tokens` all generated ones; the
+/// other counts are shares of one of them (each within its total), or units of their own.
 #[derive(Default, Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Input read from a prompt cache.
     pub cached_input_tokens: u64,
+    /// Input written to a prompt cache, at any lifetime (1-hour writes included).
     pub cache_creation_input_tokens: u64,
+    /// The share of the cache writes kept for an hour (Anthropic `ephemeral_1h_input_tokens`).
+    pub cache_write_1h_tokens: u64,
+    /// Output spent thinking (OpenAI `reasoning_tokens`, Gemini `thoughtsTokenCount`).
     pub reasoning_tokens: u64,
+    /// Input and output that were audio (OpenAI `audio_tokens`, Gemini's `AUDIO` modality).
+    pub audio_input_tokens: u64,
+    pub audio_output_tokens: u64,
+    /// Input and output that were images (gpt-image `image_tokens`).
+    pub image_input_tokens: u64,
+    pub image_output_tokens: u64,
+    /// Server-side web searches the upstream ran (Anthropic `server_tool_use`), billed per
+    /// request.
+    pub web_search_requests: u64,
+}
+
+impl Usage {
+    /// Adds another report's counts (a realtime session's responses, summed).
+    pub fn add(&mut self, o: &Usage) {
+        let Usage {
+            input_tokens,
+            output_tokens,
+            cached_input_tokens,
+            cache_creation_input_tokens,
+            cache_write_1h_tokens,
+            reasoning_tokens,
+            audio_input_tokens,
+            audio_output_tokens,
+            image_input_tokens,
+            image_output_tokens,
+            web_search_requests,
+        } = *o;
+        let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+        add(&mut self.input_tokens, input_tokens);
+        add(&mut self.output_tokens, output_tokens);
+        add(&mut self.cached_input_tokens, cached_input_tokens);
+        add(
+            &mut self.cache_creation_input_tokens,
+            cache_creation_input_tokens,
+        );
+        add(&mut self.cache_write_1h_tokens, cache_write_1h_tokens);
+        add(&mut self.reasoning_tokens, reasoning_tokens);
+        add(&mut self.audio_input_tokens, audio_input_tokens);
+        add(&mut self.audio_output_tokens, audio_output_tokens);
+        add(&mut self.image_input_tokens, image_input_tokens);
+        add(&mut self.image_output_tokens, image_output_tokens);
+        add(&mut self.web_search_requests, web_search_requests);
+    }
 }
 
 /// A client request the spec rejects (400); `param` names the field.
@@ -96,6 +145,45 @@ pub struct StreamContext {
     /// Generate-content clients: `alt=sse` (server-sent events); without it the stream is
     /// a JSON array written element by element.
     pub client_sse: bool,
+    /// What the key is charged for a usage report: when set, the usage object of the
+    /// stream's usage event carries it as `cost_usd` (README, "The cost on the answer").
+    pub charge: Option<ChargeOf>,
+}
+
+/// The relay's pricing of a usage report: micro-USD charged to the key (the key's
+/// multiplier applied, never above what was reserved). Protocols only print it.
+#[derive(Clone)]
+pub struct ChargeOf(pub std::sync::Arc<dyn Fn(&Usage) -> i64 + Send + Sync>);
+
+impl std::fmt::Debug for ChargeOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChargeOf")
+    }
+}
+
+impl ChargeOf {
+    pub fn of(&self, u: &Usage) -> i64 {
+        (self.0)(u)
+    }
+}
+
+/// Micro-USD as a decimal number of USD, exact (`435` → `0.000435`): the form of the
+/// cost header and of `cost_usd` in usage objects.
+pub fn usd_text(micros: i64) -> String {
+    let sign = if micros < 0 { "-" } else { "" };
+    let m = micros.unsigned_abs();
+    let frac = format!("{:06}", m % 1_000_000);
+    let frac = frac.trim_end_matches('0');
+    if frac.is_empty() {
+        format!("{sign}{}", m / 1_000_000)
+    } else {
+        format!("{sign}{}.{frac}", m / 1_000_000)
+    }
+}
+
+/// [`usd_text`] as a JSON number (for a usage object's `cost_usd`).
+pub fn usd_json(micros: i64) -> Value {
+    serde_json::from_str(&usd_text(micros)).unwrap_or(Value::Null)
 }
 
 /// A stream's state machine: upstream bytes in, client bytes out.

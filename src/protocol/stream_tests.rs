@@ -33,6 +33,7 @@ fn ctx() -> StreamContext {
         created: 1,
         client_wants_usage: true,
         client_sse: true,
+        charge: None,
     }
 }
 

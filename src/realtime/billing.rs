@@ -5,7 +5,7 @@
 //! the `response.done` that calls for it), so the meter is plain owned state: no task,
 //! no lock, no answer that may land later.
 
-use crate::billing::{Price, ReservationGuard, MIN_OUTPUT_TOKENS};
+use crate::billing::{Bill, Multiplier, Price, ReservationGuard, MIN_OUTPUT_TOKENS};
 use crate::protocol::Usage;
 use crate::store::{Micros, Reservation, ReserveDenied, Store};
 use serde::Deserialize;
@@ -63,9 +63,12 @@ pub struct Account {
     pub ask: crate::store::Ask,
 }
 
-/// The session's usage, cost and reservations.
+/// The session's usage, cost and reservations. Its money is the key's (the provider's
+/// price times the key's multiplier); `provider` prices the usage record's lines.
 pub struct Meter {
     price: Price,
+    provider: Price,
+    multiplier: Multiplier,
     block: Micros,
     /// The smallest next response: what the session must hold unspent to go on.
     floor: Micros,
@@ -81,12 +84,21 @@ pub struct Meter {
 }
 
 impl Meter {
-    pub fn new(price: Price, first: Reservation, account: Account) -> Meter {
+    /// `price`: the provider's; the session is charged it times `multiplier`.
+    pub fn new(
+        provider: Price,
+        multiplier: Multiplier,
+        first: Reservation,
+        account: Account,
+    ) -> Meter {
+        let price = provider.scaled(multiplier);
         let (floor, block) = first_block(&price);
         let reserved = first.amount;
         let guard = ReservationGuard::new(account.store.clone(), first, account.ttl_secs);
         Meter {
             price,
+            provider,
+            multiplier,
             block,
             floor,
             usage: Usage::default(),
@@ -104,8 +116,18 @@ impl Meter {
         self.usage
     }
 
+    /// What the session has cost the key so far.
     pub fn cost(&self) -> Micros {
         self.cost
+    }
+
+    /// What the provider bills for the session so far, line by line.
+    pub fn provider_bill(&self) -> Bill {
+        self.provider.bill(&self.usage)
+    }
+
+    pub fn multiplier(&self) -> Multiplier {
+        self.multiplier
     }
 
     /// Total currently reserved for the session.
@@ -118,10 +140,7 @@ impl Meter {
     /// session dropped before it is settled still charges what it used.
     pub fn add(&mut self, u: &Usage) {
         let before = self.cost;
-        let s = &mut self.usage;
-        s.input_tokens = s.input_tokens.saturating_add(u.input_tokens);
-        s.output_tokens = s.output_tokens.saturating_add(u.output_tokens);
-        s.cached_input_tokens = s.cached_input_tokens.saturating_add(u.cached_input_tokens);
+        self.usage.add(u);
         self.cost = self.price.cost(&self.usage);
         self.largest = self.largest.max(self.cost - before);
         self.spread_charge();

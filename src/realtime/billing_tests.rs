@@ -18,6 +18,7 @@ fn rt_price() -> Price {
         per_million_chars: None,
         per_minute: None,
         per_second: None,
+        ..RawPrice::default()
     })
     .unwrap()
 }
@@ -71,6 +72,7 @@ impl Fixture {
             .unwrap();
         Meter::new(
             rt_price(),
+            Multiplier::ONE,
             first,
             Account {
                 store: self.store.clone(),
@@ -190,6 +192,7 @@ async fn cost_is_priced_on_the_running_total() {
         per_million_chars: None,
         per_minute: None,
         per_second: None,
+        ..RawPrice::default()
     })
     .unwrap();
     let f = fixture(None).await;
@@ -202,6 +205,7 @@ async fn cost_is_priced_on_the_running_total() {
         .unwrap();
     let mut m = Meter::new(
         price,
+        Multiplier::ONE,
         first,
         Account {
             store: f.store.clone(),
@@ -471,7 +475,7 @@ async fn a_store_failure_ends_only_a_session_short_of_the_floor() {
         ttl_secs: 3600,
         ask: crate::store::Ask::money(0, 0, 0),
     };
-    let mut m = Meter::new(rt_price(), first, account);
+    let mut m = Meter::new(rt_price(), Multiplier::ONE, first, account);
     m.add(&usage(1000, 0, 100)); // 5_600: an extension is wanted, the floor still held
     assert_eq!(m.top_up().await, Ok(()), "goes on with what it holds");
     m.add(&usage(10_000, 0, 3000)); // total 93_600: past the block

@@ -82,7 +82,7 @@ impl Fixture {
         Link::new(
             "gpt-realtime".into(),
             self.gw.config.channels[0].clone(),
-            Meter::new(price, first, account),
+            Meter::new(price, crate::billing::Multiplier::ONE, first, account),
         )
     }
 

@@ -146,8 +146,7 @@ async fn begin(
         .ok_or(GatewayError::Upstream(UpstreamFailure::Connect))?;
     let price: Price = gw
         .config
-        .prices
-        .get(&model)
+        .channel_price(&channel.name, &model)
         .filter(|p| p.per_token())
         .cloned()
         .ok_or_else(|| GatewayError::ModelNotPriced(model.clone()))?;
@@ -158,11 +157,17 @@ async fn begin(
         max,
         tokens: 0,
     };
-    let first = crate::relay::exchange::hold(gw, key, &ctx.request_id, bounds, ttl_secs)
-        .await?
-        .hand_over()
-        .ok_or(GatewayError::Internal)?;
-    let ask = gw.calendar.ask(&key.rec, key.group.as_ref(), min, max, 0);
+    let mut held = crate::relay::exchange::hold(gw, key, &ctx.request_id, bounds, ttl_secs).await?;
+    let multiplier = held.multiplier();
+    let first = held.hand_over().ok_or(GatewayError::Internal)?;
+    // Extensions ask in the key's money, as the first block did.
+    let ask = gw.calendar.ask(
+        &key.rec,
+        key.group.as_ref(),
+        multiplier.apply_micros(min),
+        multiplier.apply_micros(max),
+        0,
+    );
     ctx.record_mut().channel = channel.name.clone();
     // Pingora ends a session silent both ways for 60 s (its client read timeout, restarted
     // by traffic either way); a realtime user may think longer. The channel's read
@@ -176,7 +181,11 @@ async fn begin(
         ttl_secs,
         ask,
     };
-    Ok(Link::new(model, channel, Meter::new(price, first, account)))
+    Ok(Link::new(
+        model,
+        channel,
+        Meter::new(price, multiplier, first, account),
+    ))
 }
 
 /// Opens the upstream WebSocket; returns it with the client's `101`.
@@ -313,6 +322,9 @@ async fn settle(ctx: &mut Ctx, link: &mut Link) {
     rec.usage = link.meter.usage();
     rec.cost = charged;
     rec.overrun = (cost - charged).max(0);
+    rec.bill = link.meter.provider_bill();
+    rec.provider_cost = rec.bill.micros();
+    rec.multiplier = link.meter.multiplier();
     rec.stream = true;
 }
 

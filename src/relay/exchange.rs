@@ -15,12 +15,12 @@ use super::meter::{Bounds, Call, Cost, Delivery, Meter, Request};
 use super::upstream::{Exchange, OpenError, Outgoing};
 use super::ERROR_BODY_LIMIT;
 use crate::auth::AuthKey;
-use crate::billing::ReservationGuard;
+use crate::billing::{Bill, ReservationGuard};
 use crate::channels::Channel;
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use crate::request::{response_header, Answer, Ctx, LiveAnswer};
-use crate::store::ReserveDenied;
+use crate::store::{Micros, ReserveDenied};
 use async_trait::async_trait;
 use bytes::Bytes;
 use pingora::proxy::Session;
@@ -41,11 +41,13 @@ pub async fn hold(
     let mut read_again: Option<Arc<AuthKey>> = None;
     for _ in 0..2 {
         let key = read_again.as_deref().unwrap_or(key);
+        // Bounds are provider costs; the key pays them times its multiplier.
+        let m = key.price_multiplier();
         let ask = gw.calendar.ask(
             &key.rec,
             key.group.as_ref(),
-            bounds.min,
-            bounds.max,
+            m.apply_micros(bounds.min),
+            m.apply_micros(bounds.max),
             bounds.tokens,
         );
         match crate::billing::reserve(&gw.store, &key.rec.id, reservation_id, &ask, ttl)
@@ -56,7 +58,7 @@ pub async fn hold(
                 gw.keys.invalidate(&key.rec.id);
                 read_again = Some(gw.keys.get(&key.rec.id, &key.rec.hash).await?);
             }
-            granted => return Ok(granted?),
+            granted => return Ok(granted?.with_multiplier(m)),
         }
     }
     Err(ReserveDenied::Stale.into())
@@ -78,7 +80,7 @@ pub async fn run<R: Request>(
         s.error(held.is_err());
     }
     let mut guard = held?;
-    request.grant(guard.amount());
+    request.grant(guard.provider_budget());
     let ex = match first_answer(gw, ctx, client_headers, candidates, |c, last| {
         request.call(c, last).map(Some)
     })
@@ -91,7 +93,11 @@ pub async fn run<R: Request>(
             return Err(e);
         }
     };
-    let meter = request.meter(&ctx.request_id);
+    let account = super::meter::Account {
+        multiplier: guard.multiplier(),
+        reserved: guard.amount(),
+    };
+    let meter = request.meter(&ctx.request_id, account);
     deliver(gw, ctx, ex, meter, guard).await
 }
 
@@ -221,7 +227,10 @@ async fn deliver<M: Meter + 'static>(
     match whole {
         Ok((body, content_type)) => {
             // Settled before the answer leaves: a caller who reads its balance next sees it.
-            settle(ctx, &mut guard, meter.cost(), 200).await;
+            let cost = meter.cost();
+            let bill = meter.bill();
+            let charged = settle(ctx, &mut guard, cost, bill, 200).await;
+            ctx.charged = Some((charged, cost.estimated));
             Ok(Answer::Full {
                 status: 200,
                 content_type,
@@ -235,12 +244,19 @@ async fn deliver<M: Meter + 'static>(
     }
 }
 
-/// Settles `cost` (never more than was reserved; the rest is recorded as an overrun)
-/// together with the request's usage record, in one store step.
-pub async fn settle(ctx: &mut Ctx, guard: &mut ReservationGuard, cost: Cost, status: u16) {
+/// Settles `cost` (the key's multiplier applied, never more than was reserved; the rest
+/// is recorded as an overrun) together with the request's usage record, in one store
+/// step. `bill`: the provider cost's lines. Returns what the key was charged.
+pub async fn settle(
+    ctx: &mut Ctx,
+    guard: &mut ReservationGuard,
+    cost: Cost,
+    bill: Bill,
+    status: u16,
+) -> Micros {
     let reserved = guard.amount();
-    let charged = cost.micros.clamp(0, reserved);
-    let overrun = cost.micros.max(0) - charged;
+    let charged = guard.charge_for(cost.micros);
+    let overrun = guard.multiplier().apply_micros(cost.micros) - charged;
     if overrun > 0 {
         tracing::warn!(
             request_id = %ctx.request_id, cost = cost.micros, reserved,
@@ -252,6 +268,9 @@ pub async fn settle(ctx: &mut Ctx, guard: &mut ReservationGuard, cost: Cost, sta
     rec.cost = charged;
     rec.estimated = cost.estimated;
     rec.overrun = overrun;
+    rec.provider_cost = cost.micros.max(0);
+    rec.bill = bill;
+    rec.multiplier = guard.multiplier();
     let settling = Instant::now();
     let outcome = match ctx.take_usage_record(status) {
         Some(u) => guard.settle_logged(charged, u).await,
@@ -261,11 +280,12 @@ pub async fn settle(ctx: &mut Ctx, guard: &mut ReservationGuard, cost: Cost, sta
         s.int("gateway.charged_micro_usd", charged)
             .error(outcome != crate::billing::SettleOutcome::Settled);
     }
+    charged
 }
 
 /// What the charge would be if the request ended now (the guard charges it if dropped).
 fn charge_so_far(guard: &ReservationGuard, cost: Cost) -> crate::store::Micros {
-    cost.micros.clamp(0, guard.amount())
+    guard.charge_for(cost.micros)
 }
 
 /// A streamed answer: each upstream read goes through the meter and out to the client at
@@ -347,7 +367,8 @@ impl<M: Meter + 'static> LiveAnswer for Streaming<M> {
         }
         // Settled before the stream's last bytes: a caller who reads its balance next sees it.
         let cost = meter.cost();
-        Box::pin(settle(ctx, &mut guard, cost, ctx.status)).await;
+        let bill = meter.bill();
+        Box::pin(settle(ctx, &mut guard, cost, bill, ctx.status)).await;
         if client_ok {
             if !out.is_empty() {
                 client_ok = write(session, Bytes::from(out)).await;

@@ -6,8 +6,8 @@
 
 use super::body;
 use super::exchange;
-use super::meter::{Bounds, Call, Cost, Delivery, Meter, Request};
-use crate::billing::{input_token_bound, Price};
+use super::meter::{Account, Bounds, Call, Cost, Delivery, Meter, Request};
+use crate::billing::{input_token_bound, Bill, Kind, Line, Price};
 use crate::channels::Channel;
 use crate::errors::GatewayError;
 use crate::gateway::Gateway;
@@ -157,30 +157,39 @@ fn worst_case(price: &Price, plan: &Plan) -> Option<Micros> {
     }
 }
 
-/// What a successful answer cost, and how sure that is.
-fn actual(price: &Price, plan: &Plan, answer: &[u8], worst: Micros) -> Cost {
+/// What a successful answer cost, how sure that is, and its lines.
+fn actual(price: &Price, plan: &Plan, answer: &[u8], worst: Micros) -> (Cost, Bill) {
+    let tokens = |u: Usage, exact: bool| {
+        let c = price.cost(&u);
+        let cost = if exact {
+            Cost::exact(u, c)
+        } else {
+            Cost::estimated(u, c)
+        };
+        (cost, price.bill(&u))
+    };
     match &plan.charge {
         Charge::Tokens => {
             let reported = serde_json::from_slice::<Value>(answer)
                 .ok()
                 .and_then(|v| text::reported_tokens(&v));
             match reported {
-                Some(u) => Cost::exact(u, price.cost(&u)),
+                Some(u) => tokens(u, true),
                 // No usage in the answer (moderation never reports any): the input bound
                 // the reservation was sized by.
-                None => {
-                    let u = Usage {
+                None => tokens(
+                    Usage {
                         input_tokens: input_token_bound(&plan.body),
                         ..Usage::default()
-                    };
-                    Cost::estimated(u, price.cost(&u))
-                }
+                    },
+                    false,
+                ),
             }
         }
         Charge::Images(job) => {
             let got = images::delivered(answer).unwrap_or_default();
             if let (true, Some(u)) = (price.per_token(), got.usage) {
-                return Cost::exact(u, price.cost(&u));
+                return tokens(u, true);
             }
             let size = got.size.as_deref().unwrap_or(&job.size);
             let quality = got.quality.as_deref().or(job.quality.as_deref());
@@ -188,29 +197,51 @@ fn actual(price: &Price, plan: &Plan, answer: &[u8], worst: Micros) -> Cost {
                 .image(size, quality)
                 .unwrap_or(worst / job.n.max(1) as Micros);
             // The images delivered, counted: exact.
-            Cost::exact(Usage::default(), each.saturating_mul(got.images as Micros))
+            let line = Line::new(Kind::Images, got.images, micros_as_pico(each));
+            let bill = Bill::one(line);
+            (Cost::exact(Usage::default(), bill.micros()), bill)
         }
-        Charge::Speech { chars } => {
-            Cost::exact(Usage::default(), price.chars(*chars).unwrap_or(worst))
-        }
+        Charge::Speech { chars } => match price.per_char_pico {
+            Some(rate) => {
+                let bill = Bill::one(Line::new(Kind::Characters, *chars, rate));
+                (Cost::exact(Usage::default(), bill.micros()), bill)
+            }
+            None => (Cost::exact(Usage::default(), worst), Bill::default()),
+        },
         Charge::Audio { format, file } => {
             if let (true, Some(u)) = (price.per_token(), audio::token_usage(answer)) {
-                return Cost::exact(u, price.cost(&u));
+                return tokens(u, true);
             }
             let seconds =
                 audio::billed_seconds(format.as_deref(), answer, &plan.body[file.clone()]);
-            let micros = price.seconds(seconds).unwrap_or(worst);
+            let (micros, bill) = match price.per_minute_micros {
+                Some(per_minute) => {
+                    let bill = Bill::one(Line {
+                        kind: Kind::AudioMs,
+                        units: (seconds.max(0.0) * 1000.0).ceil() as u64,
+                        pico_per_unit: per_minute.saturating_mul(1_000_000),
+                        per: 60_000,
+                    });
+                    (bill.micros(), bill)
+                }
+                None => (worst, Bill::default()),
+            };
             // Seconds the upstream reported are exact; read from the file, counted.
             let reported = serde_json::from_slice::<Value>(answer)
                 .ok()
                 .is_some_and(|v| v.get("duration").is_some() || v.get("usage").is_some());
             if reported {
-                Cost::exact(Usage::default(), micros)
+                (Cost::exact(Usage::default(), micros), bill)
             } else {
-                Cost::estimated(Usage::default(), micros)
+                (Cost::estimated(Usage::default(), micros), bill)
             }
         }
     }
+}
+
+/// A price in micro-USD as pico-USD per unit (a line's rate).
+fn micros_as_pico(m: Micros) -> u64 {
+    (m.max(0) as u64).saturating_mul(1_000_000)
 }
 
 /// The body for one channel: the model renamed when the channel maps it, and written
@@ -262,14 +293,16 @@ pub async fn handle(
     if candidates.is_empty() {
         return Err(GatewayError::ModelNotFound(plan.model));
     }
-    let price = gw.config.prices.get(&plan.model);
+    let price = gw.config.price_over(&plan.model, &candidates);
     let (price, worst) = price
-        .and_then(|p| worst_case(p, &plan).map(|w| (p, w)))
+        .and_then(|p| worst_case(&p, &plan).map(|w| (p, w)))
         .ok_or_else(|| GatewayError::ModelNotPriced(plan.model.clone()))?;
     let request = MediaRequest {
         media: media.clone(),
         plan,
-        price: price.clone(),
+        price,
+        billed_at: None,
+        config: gw.config.clone(),
         worst: worst.max(1),
         api: Api::OpenAi,
     };
@@ -282,7 +315,11 @@ pub async fn handle(
 struct MediaRequest {
     media: Media,
     plan: Plan,
+    /// What the request is reserved by (each rate at its dearest over the candidates).
     price: Price,
+    /// The price of the channel called last, when it has one of its own.
+    billed_at: Option<Price>,
+    config: std::sync::Arc<crate::config::Config>,
     worst: Micros,
     /// The API of the channel called last (its answer may need reshaping).
     api: Api,
@@ -303,6 +340,12 @@ impl Request for MediaRequest {
 
     fn call(&mut self, channel: &Channel, _last: bool) -> Result<Call, GatewayError> {
         self.api = channel.protocol.media_api();
+        if !self.config.channel_prices.is_empty() {
+            self.billed_at = self
+                .config
+                .channel_price(&channel.name, &self.plan.model)
+                .cloned();
+        }
         Ok(Call {
             method: "POST",
             path: self.media.path_on(channel.protocol.media_api()).to_string(),
@@ -312,15 +355,16 @@ impl Request for MediaRequest {
         })
     }
 
-    fn meter(self, _request_id: &str) -> MediaMeter {
+    fn meter(self, _request_id: &str, _account: Account) -> MediaMeter {
         MediaMeter {
             speech: self.media == Media::Speech,
             media: self.media,
             api: self.api,
             plan: self.plan,
-            price: self.price,
+            price: self.billed_at.unwrap_or(self.price),
             worst: self.worst,
             cost: Cost::default(),
+            bill: Bill::default(),
         }
     }
 }
@@ -333,6 +377,7 @@ struct MediaMeter {
     price: Price,
     worst: Micros,
     cost: Cost,
+    bill: Bill,
 }
 
 impl Meter for MediaMeter {
@@ -342,7 +387,7 @@ impl Meter for MediaMeter {
         }
         // Spec 4.21: audio goes to the client as each upstream read arrives. The
         // upstream bills the whole input once it starts answering.
-        self.cost = actual(&self.price, &self.plan, &[], self.worst);
+        (self.cost, self.bill) = actual(&self.price, &self.plan, &[], self.worst);
         let content_type = match upstream_content_type {
             "" => "audio/mpeg",
             ct => ct,
@@ -355,7 +400,7 @@ impl Meter for MediaMeter {
 
     fn whole(&mut self, body: Bytes, content_type: &str) -> Result<(Bytes, String), GatewayError> {
         let body = self.media.answer_from(self.api, body);
-        self.cost = actual(&self.price, &self.plan, &body, self.worst);
+        (self.cost, self.bill) = actual(&self.price, &self.plan, &body, self.worst);
         let answer = client_model(body, content_type, &self.plan.model);
         let ct = match content_type {
             "" => "application/json",
@@ -372,6 +417,10 @@ impl Meter for MediaMeter {
 
     fn cost(&self) -> Cost {
         self.cost
+    }
+
+    fn bill(&self) -> Bill {
+        self.bill.clone()
     }
 }
 

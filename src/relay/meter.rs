@@ -2,6 +2,7 @@
 //! how to read the answer, and what it cost. [`super::exchange`] does the rest, the same
 //! way for every endpoint.
 
+use crate::billing::Bill;
 use crate::channels::Channel;
 use crate::errors::GatewayError;
 use crate::protocol::Usage;
@@ -47,6 +48,22 @@ pub struct Bounds {
     pub tokens: u64,
 }
 
+/// How the key is charged for a provider cost: times its multiplier, never above what
+/// was reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Account {
+    pub multiplier: crate::billing::Multiplier,
+    pub reserved: Micros,
+}
+
+impl Account {
+    pub fn charge(&self, provider_cost: Micros) -> Micros {
+        self.multiplier
+            .apply_micros(provider_cost)
+            .clamp(0, self.reserved)
+    }
+}
+
 /// One request toward one channel.
 pub struct Call {
     pub method: &'static str,
@@ -85,8 +102,9 @@ pub trait Request {
     /// The request for `channel`; `last`: no later channel will be tried.
     fn call(&mut self, channel: &Channel, last: bool) -> Result<Call, GatewayError>;
 
-    /// The answer side, for the channel called last.
-    fn meter(self, request_id: &str) -> Self::Meter;
+    /// The answer side, for the channel called last; `account`: how the key is charged
+    /// (for an answer that states its own cost).
+    fn meter(self, request_id: &str, account: Account) -> Self::Meter;
 }
 
 /// An endpoint's answer side: [`Meter::delivery`], then [`Meter::whole`] or
@@ -104,8 +122,12 @@ pub trait Meter: Send {
     /// The streamed answer ended (`error`: how it broke, sanitized, with the request id).
     fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>);
 
-    /// What the answer has cost so far (all of it once whole or finished).
+    /// What the answer has cost so far (all of it once whole or finished), at the
+    /// channel's prices. Cheap: a stream asks after every read.
     fn cost(&self) -> Cost;
+
+    /// The lines of [`Meter::cost`] (asked once, when the request settles).
+    fn bill(&self) -> Bill;
 }
 
 /// Output tokens a piece of delivered output can hold at most: every tokenizer the

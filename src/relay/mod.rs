@@ -75,18 +75,17 @@ pub async fn handle(
     }
     let price = gw
         .config
-        .prices
-        .get(&model)
+        .price_over(&model, &candidates)
         .filter(|p| p.per_token())
-        .ok_or_else(|| GatewayError::ModelNotPriced(model.clone()))?
-        .clone();
+        .ok_or_else(|| GatewayError::ModelNotPriced(model.clone()))?;
     unmeasured::check(&raw, key.rec.quota_limit.is_some())?;
     let asked = Asked {
         model,
         stream,
         client_sse: client_sse(session),
     };
-    let request = TokenRequest::new(route, asked, &raw, parsed, price);
+    let request =
+        TokenRequest::new(route, asked, &raw, parsed, price).with_channel_prices(gw.config.clone());
     let headers = session.req_header().headers.clone();
     exchange::run(gw, ctx, &headers, &candidates, request).await
 }

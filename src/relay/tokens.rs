@@ -2,9 +2,9 @@
 //! ([`TokenRequest`]: worst case, output limit, the body per channel) and the answer side
 //! ([`TokenMeter`]: translation back to the client's protocol, usage, cost).
 
-use super::meter::{self, Bounds, Call, Cost, Delivery, Meter, Request};
+use super::meter::{self, Account, Bounds, Call, Cost, Delivery, Meter, Request};
 use super::output_limit;
-use crate::billing::{input_token_bound, Price, MIN_OUTPUT_TOKENS};
+use crate::billing::{input_token_bound, Bill, Price, MIN_OUTPUT_TOKENS};
 use crate::channels::Channel;
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::ids;
@@ -79,7 +79,13 @@ pub struct TokenRequest<'a> {
     client_sse: bool,
     raw: &'a [u8],
     body: Body<'a>,
+    /// What the request is reserved by: each rate at its dearest over the candidates.
     price: Price,
+    /// The configuration, for the price of the channel called last when channels price
+    /// the model differently (`None`: every channel bills `price`).
+    channel_prices: Option<std::sync::Arc<crate::config::Config>>,
+    /// The price of the channel called last.
+    billed_at: Option<Price>,
     /// Upper bound of the input's cost.
     input: Micros,
     /// The client's own output limit per answer (or the price's maximum).
@@ -122,9 +128,19 @@ impl<'a> TokenRequest<'a> {
             output_tokens,
             body,
             price,
+            channel_prices: None,
+            billed_at: None,
             upstream: route.protocol,
             client_wants_usage: false,
         }
+    }
+
+    /// Bills each channel at its own price (`config.channel_prices`).
+    pub fn with_channel_prices(mut self, config: std::sync::Arc<crate::config::Config>) -> Self {
+        if !config.channel_prices.is_empty() {
+            self.channel_prices = Some(config);
+        }
+        self
     }
 
     fn output_cost(&self, per_choice: u64) -> Micros {
@@ -197,6 +213,9 @@ impl Request for TokenRequest<'_> {
     fn call(&mut self, channel: &Channel, last: bool) -> Result<Call, GatewayError> {
         let req = self.upstream_body(channel, last)?;
         self.upstream = channel.upstream_protocol(self.client);
+        if let Some(config) = &self.channel_prices {
+            self.billed_at = config.channel_price(&channel.name, &self.model).cloned();
+        }
         self.client_wants_usage = req.client_wants_usage;
         Ok(Call {
             method: "POST",
@@ -207,8 +226,16 @@ impl Request for TokenRequest<'_> {
         })
     }
 
-    fn meter(self, request_id: &str) -> TokenMeter {
+    fn meter(self, request_id: &str, account: Account) -> TokenMeter {
+        let price = self.billed_at.unwrap_or(self.price);
+        let charge = self.stream.then(|| {
+            let p = price.clone();
+            protocol::ChargeOf(std::sync::Arc::new(move |u: &Usage| {
+                account.charge(p.cost(u))
+            }))
+        });
         TokenMeter {
+            charge,
             client: self.client,
             upstream: self.upstream,
             model: self.model,
@@ -218,7 +245,7 @@ impl Request for TokenRequest<'_> {
             client_wants_usage: self.client_wants_usage,
             request_id: request_id.to_string(),
             input_bound: input_token_bound(self.raw),
-            price: self.price,
+            price,
             translator: None,
             reported: Usage::default(),
             delivered: 0,
@@ -238,7 +265,10 @@ pub struct TokenMeter {
     request_id: String,
     /// The input tokens the reservation assumed (used when no usage is reported).
     input_bound: u64,
+    /// The price of the channel that answers.
     price: Price,
+    /// Streams: how the key is charged for a usage report (printed in the usage event).
+    charge: Option<protocol::ChargeOf>,
     translator: Option<Box<dyn StreamTranslator>>,
     reported: Usage,
     /// Bytes of output delivered: the generated text of a stream, the whole body of a
@@ -264,6 +294,7 @@ impl Meter for TokenMeter {
                 created: ids::now_secs(),
                 client_wants_usage: self.client_wants_usage,
                 client_sse: self.client_sse,
+                charge: self.charge.take(),
             },
         ));
         // Generate-content without `alt=sse` streams a JSON array (spec 4.18).
@@ -315,6 +346,10 @@ impl Meter for TokenMeter {
     fn cost(&self) -> Cost {
         token_cost(&self.price, self.reported, self.input_bound, self.delivered)
     }
+
+    fn bill(&self) -> Bill {
+        self.price.bill(&self.cost().usage)
+    }
 }
 
 /// The cost of an answer: from the upstream's report when it reported its output, or
@@ -352,6 +387,7 @@ mod tests {
             per_million_chars: None,
             per_minute: None,
             per_second: None,
+            ..RawPrice::default()
         })
         .unwrap()
     }

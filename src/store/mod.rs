@@ -210,6 +210,16 @@ pub struct UsageRecord {
     /// Cost the upstream reported beyond the grant: recorded, never charged.
     #[serde(default)]
     pub overrun: Micros,
+    /// What the provider bills for the request at the channel's prices, before the key's
+    /// multiplier (`cost` is what the key was charged). `None` in records older than it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_cost: Option<Micros>,
+    /// The provider cost line by line: units and rate of each kind of usage.
+    #[serde(default, skip_serializing_if = "crate::billing::Bill::is_empty")]
+    pub bill: crate::billing::Bill,
+    /// The key's (or its group's) price multiplier, in parts per million; `None` = 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiplier_ppm: Option<u64>,
     /// HTTP status returned to the client.
     pub status: u16,
     pub latency_ms: u64,

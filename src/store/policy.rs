@@ -35,6 +35,11 @@ pub struct Policy {
     /// IANA name the periods follow (`Europe/Paris`); `None` = the gateway's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_zone: Option<String>,
+    /// What the key's (or group's) requests are charged per micro-USD of provider cost,
+    /// in parts per million (a reseller's 1.2 = 1,200,000); `None` = 1. A key's own
+    /// multiplier takes precedence over its group's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price_multiplier_ppm: Option<u64>,
 }
 
 impl Policy {
@@ -65,6 +70,7 @@ pub struct PolicyPatch {
     pub tpm: Option<Option<u64>>,
     pub max_concurrent: Option<Option<u32>>,
     pub time_zone: Option<Option<String>>,
+    pub price_multiplier_ppm: Option<Option<u64>>,
 }
 
 impl PolicyPatch {
@@ -80,6 +86,7 @@ impl PolicyPatch {
         set(&mut p.tpm, &self.tpm);
         set(&mut p.max_concurrent, &self.max_concurrent);
         set(&mut p.time_zone, &self.time_zone);
+        set(&mut p.price_multiplier_ppm, &self.price_multiplier_ppm);
     }
 
     pub fn is_empty(&self) -> bool {

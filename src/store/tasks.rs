@@ -107,6 +107,10 @@ pub struct TaskRecord {
     pub reserved: Micros,
     /// Charged at the end (0 until then, and for failed tasks).
     pub cost: Micros,
+    /// The key's price multiplier when the task was submitted, in parts per million
+    /// (`None` = 1): the charge is the provider cost times it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multiplier_ppm: Option<u64>,
     /// Polls so far (drives the back-off).
     pub polls: u32,
     pub result: Option<TaskResult>,

@@ -3,7 +3,7 @@
 //! or its end settled, exactly once.
 
 use super::vendors::{self, Call};
-use crate::billing::Price;
+use crate::billing::{Bill, Kind, Line, Multiplier};
 use crate::channels::Channel;
 use crate::gateway::Gateway;
 use crate::ids;
@@ -177,19 +177,38 @@ async fn ask(gw: &Gateway, channel: &Arc<Channel>, t: &TaskRecord) -> Asked {
     }
 }
 
-/// Seconds delivered (never more than asked for) at the model's price, never more than
-/// was reserved.
+/// Seconds delivered (never more than asked for) at the channel's price, times the key's
+/// multiplier, never more than was reserved.
 fn completed_cost(gw: &Gateway, t: &TaskRecord) -> Micros {
+    match provider_bill(gw, t) {
+        Some(bill) => multiplier(t).apply_micros(bill.micros()).min(t.reserved),
+        None => t.reserved,
+    }
+}
+
+fn multiplier(t: &TaskRecord) -> Multiplier {
+    t.multiplier_ppm.map_or(Multiplier::ONE, Multiplier)
+}
+
+/// The provider's cost of a completed task: the milliseconds of video delivered (never
+/// more than asked for), times the videos, at the channel's price per second.
+fn provider_bill(gw: &Gateway, t: &TaskRecord) -> Option<Bill> {
     let delivered = t
         .result
         .as_ref()
         .and_then(|r| r.duration)
         .filter(|d| *d > 0.0)
         .map_or(t.seconds, |d| d.min(t.seconds));
-    per_second(gw, &t.model)
-        .and_then(|p| p.video(delivered, t.n))
-        .unwrap_or(t.reserved)
-        .min(t.reserved)
+    let per_second = gw
+        .config
+        .channel_price(&t.channel, &t.model)?
+        .per_second_micros?;
+    Some(Bill::one(Line {
+        kind: Kind::VideoMs,
+        units: ((delivered.max(0.0) * 1000.0).ceil() as u64).saturating_mul(t.n as u64),
+        pico_per_unit: per_second.saturating_mul(1_000_000),
+        per: 1000,
+    }))
 }
 
 async fn fail(gw: &Gateway, mut t: TaskRecord, code: &str, message: &str) -> TaskRecord {
@@ -213,6 +232,10 @@ async fn finish(gw: &Gateway, t: TaskRecord) -> TaskRecord {
         Ok(Some(k)) => k.group,
         _ => None,
     };
+    let bill = match t.status {
+        TaskStatus::Completed => provider_bill(gw, &t).unwrap_or_default(),
+        _ => Bill::default(),
+    };
     let usage = UsageRecord {
         request_id: t.id.clone(),
         time_ms: now_ms,
@@ -226,6 +249,9 @@ async fn finish(gw: &Gateway, t: TaskRecord) -> TaskRecord {
         cost: t.cost,
         estimated: false,
         overrun: 0,
+        provider_cost: Some(bill.micros()),
+        bill,
+        multiplier_ppm: t.multiplier_ppm,
         status: if t.status == TaskStatus::Completed {
             200
         } else {
@@ -250,11 +276,4 @@ async fn finish(gw: &Gateway, t: TaskRecord) -> TaskRecord {
             t
         }
     }
-}
-
-pub(super) fn per_second<'a>(gw: &'a Gateway, model: &str) -> Option<&'a Price> {
-    gw.config
-        .prices
-        .get(model)
-        .filter(|p| p.per_second_micros.is_some())
 }

@@ -138,6 +138,7 @@ mod tests {
             n: 1,
             reserved: 400_000,
             cost: 0,
+            multiplier_ppm: None,
             polls: 0,
             result: None,
             error: None,

@@ -5,13 +5,14 @@
 //! both run it, only after claiming the task in the store.
 
 use super::job::{self, Bounds, VideoJob};
-use super::poll::{open, per_second, poll_once, STATUS_BODY_LIMIT};
+use super::poll::{open, poll_once, STATUS_BODY_LIMIT};
 use super::render;
 use super::vendors::{self, Call, Source};
 use super::{Shape, VideoRoute};
 use crate::api::store_error;
 use crate::auth::credentials::query_param;
 use crate::auth::AuthKey;
+use crate::billing::Multiplier;
 use crate::channels::{Channel, ChannelProtocol};
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
@@ -199,7 +200,11 @@ async fn submit(
         let unfit = first_unfit.ok_or(GatewayError::Internal)?;
         return Err(GatewayError::bad_request(Some(unfit.param), unfit.message));
     }
-    let price = per_second(gw, &job.model)
+    let channels_asked: Vec<Arc<Channel>> = candidates.iter().map(|(c, _)| c.clone()).collect();
+    let price = gw
+        .config
+        .price_over(&job.model, &channels_asked)
+        .filter(|p| p.per_second_micros.is_some())
         .ok_or_else(|| GatewayError::ModelNotPriced(job.model.clone()))?;
     // The dearest length any candidate would be asked for.
     let seconds = candidates
@@ -224,7 +229,7 @@ async fn submit(
     };
     let mut guard = exchange::hold(gw, key, &id, bounds, ttl).await?;
 
-    let channels: Vec<Arc<Channel>> = candidates.iter().map(|(c, _)| c.clone()).collect();
+    let channels = channels_asked;
     // The detail the task must remember, and the length asked, of the channel called last.
     let mut asked: Option<(String, f64)> = None;
     let answered = exchange::first_answer(gw, ctx, &http::HeaderMap::new(), &channels, |c, _| {
@@ -292,6 +297,7 @@ async fn submit(
         n: job.n,
         reserved: guard.amount(),
         cost: 0,
+        multiplier_ppm: (guard.multiplier() != Multiplier::ONE).then_some(guard.multiplier().0),
         polls: 0,
         result: None,
         error: None,

@@ -242,6 +242,7 @@ pub fn usage_of(u: &Value) -> Usage {
         cached_input_tokens: n(&u["prompt_tokens_details"]["cached_tokens"]),
         cache_creation_input_tokens: 0,
         reasoning_tokens: n(&u["completion_tokens_details"]["reasoning_tokens"]),
+        ..Usage::default()
     }
 }
 

@@ -175,6 +175,7 @@ mod tests {
             created: 0,
             client_wants_usage: wants,
             client_sse: true,
+            charge: None,
         }
     }
 

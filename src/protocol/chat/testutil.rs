@@ -10,6 +10,7 @@ pub fn stream_ctx(wants_usage: bool) -> StreamContext {
         created: 1_735_689_600,
         client_wants_usage: wants_usage,
         client_sse: true,
+        charge: None,
     }
 }
 

@@ -70,6 +70,7 @@ pub(super) fn usage_of(m: &Value) -> Usage {
         cached_input_tokens: n("cachedContentTokenCount"),
         cache_creation_input_tokens: 0,
         reasoning_tokens: thoughts,
+        ..Usage::default()
     }
 }
 

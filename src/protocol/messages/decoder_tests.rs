@@ -102,6 +102,7 @@ fn usage(output: u64) -> Usage {
         cached_input_tokens: 2048,
         cache_creation_input_tokens: 100,
         reasoning_tokens: 0,
+        ..Usage::default()
     }
 }
 
@@ -269,6 +270,7 @@ fn ctx() -> StreamContext {
         created: 0,
         client_wants_usage: false,
         client_sse: true,
+        charge: None,
     }
 }
 

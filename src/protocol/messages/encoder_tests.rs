@@ -9,6 +9,7 @@ fn ctx() -> StreamContext {
         created: 0,
         client_wants_usage: false,
         client_sse: true,
+        charge: None,
     }
 }
 
@@ -54,6 +55,7 @@ fn usage() -> Event {
         cached_input_tokens: 60,
         cache_creation_input_tokens: 10,
         reasoning_tokens: 5,
+        ..Usage::default()
     })
 }
 

@@ -159,6 +159,7 @@ impl WireUsage {
             cache_creation_input_tokens: self.cache_creation,
             // The messages protocol does not report the thinking share separately.
             reasoning_tokens: 0,
+            ..Usage::default()
         }
     }
 }

@@ -9,6 +9,7 @@ fn ctx() -> StreamContext {
         created: 0,
         client_wants_usage: false,
         client_sse: true,
+        charge: None,
     }
 }
 
@@ -60,6 +61,7 @@ fn the_response_shows_the_client_model_and_reports_usage() {
             cached_input_tokens: 16,
             cache_creation_input_tokens: 4,
             reasoning_tokens: 0,
+            ..Usage::default()
         }
     );
     let err = br#"{"type":"error","error":{"type":"invalid_request_error","message":"x"}}"#;
@@ -116,6 +118,7 @@ fn events_pass_through_with_the_client_model_in_any_split() {
             cached_input_tokens: 16,
             cache_creation_input_tokens: 4,
             reasoning_tokens: 0,
+            ..Usage::default()
         }
     );
 }

@@ -35,6 +35,7 @@ fn a_text_answer_is_byte_exact() {
             cached_input_tokens: 2,
             cache_creation_input_tokens: 3,
             reasoning_tokens: 0,
+            ..Usage::default()
         },
     };
     assert_eq!(
@@ -173,6 +174,7 @@ fn an_upstream_answer_parses_block_by_block() {
             cached_input_tokens: 2048,
             cache_creation_input_tokens: 100,
             reasoning_tokens: 0,
+            ..Usage::default()
         }
     );
     // Back out to a messages client: the same blocks and the same usage figures.

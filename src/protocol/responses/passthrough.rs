@@ -32,6 +32,7 @@ pub(super) fn usage_of(u: &Value) -> Usage {
             cached_input_tokens: n(&u["input_tokens_details"]["cached_tokens"]),
             cache_creation_input_tokens: n(&u["input_tokens_details"]["cache_write_tokens"]),
             reasoning_tokens: n(&u["output_tokens_details"]["reasoning_tokens"]),
+            ..Usage::default()
         }
     } else {
         crate::protocol::chat::usage_of(u)

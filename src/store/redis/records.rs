@@ -45,6 +45,7 @@ pub fn policy_fields(p: &Policy) -> Vec<(&'static str, String)> {
         ("tpm", opt_str(p.tpm)),
         ("max_concurrent", opt_str(p.max_concurrent)),
         ("time_zone", p.time_zone.clone().unwrap_or_default()),
+        ("price_multiplier_ppm", opt_str(p.price_multiplier_ppm)),
     ]
 }
 
@@ -68,6 +69,9 @@ pub fn policy_patch_fields(p: &PolicyPatch) -> Vec<(&'static str, String)> {
     if let Some(v) = &p.time_zone {
         f.push(("time_zone", v.clone().unwrap_or_default()));
     }
+    if let Some(v) = p.price_multiplier_ppm {
+        f.push(("price_multiplier_ppm", opt_str(v)));
+    }
     f
 }
 
@@ -80,6 +84,7 @@ fn policy(h: &HashMap<String, String>) -> Policy {
         tpm: get("tpm").and_then(|v| v.parse().ok()),
         max_concurrent: get("max_concurrent").and_then(|v| v.parse().ok()),
         time_zone: get("time_zone").cloned(),
+        price_multiplier_ppm: get("price_multiplier_ppm").and_then(|v| v.parse().ok()),
     }
 }
 
@@ -233,6 +238,7 @@ mod tests {
             tpm: Some(1000),
             max_concurrent: Some(2),
             time_zone: Some("Europe/Paris".into()),
+            price_multiplier_ppm: Some(1_250_000),
         };
         let g = GroupRecord {
             id: "team".into(),

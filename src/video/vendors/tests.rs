@@ -58,6 +58,7 @@ fn task(kind: &str) -> TaskRecord {
         n: 1,
         reserved: 1,
         cost: 0,
+        multiplier_ppm: None,
         polls: 0,
         result: None,
         error: None,

@@ -79,6 +79,7 @@ fn parallel_tool_calls_in_any_split() {
                 cached_input_tokens: 1024,
                 cache_creation_input_tokens: 0,
                 reasoning_tokens: 0,
+                ..Usage::default()
             }),
         ]
     );

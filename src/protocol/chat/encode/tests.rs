@@ -40,6 +40,7 @@ fn text_with_usage_byte_for_byte() {
         cached_input_tokens: 1024,
         cache_creation_input_tokens: 100,
         reasoning_tokens: 0,
+        ..Usage::default()
     };
     let out = encode(
         &[

@@ -76,6 +76,7 @@ fn parses_parallel_tool_calls_and_cached_usage() {
                 cached_input_tokens: 1024,
                 cache_creation_input_tokens: 0,
                 reasoning_tokens: 0,
+                ..Usage::default()
             },
         }
     );
@@ -235,6 +236,7 @@ fn renders_a_full_answer() {
             cached_input_tokens: 1800,
             cache_creation_input_tokens: 200,
             reasoning_tokens: 120,
+            ..Usage::default()
         },
     };
     let out = render_response(&resp, &ctx());

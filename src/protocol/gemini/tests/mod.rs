@@ -50,6 +50,7 @@ pub(super) fn stream_ctx(sse: bool) -> StreamContext {
         created: 1_700_000_000,
         client_wants_usage: false,
         client_sse: sse,
+        charge: None,
     }
 }
 

@@ -68,6 +68,7 @@ fn response_shows_the_clients_model_and_reports_usage() {
             cached_input_tokens: 4,
             cache_creation_input_tokens: 0,
             reasoning_tokens: 18,
+            ..Usage::default()
         }
     );
     assert_eq!(

@@ -40,6 +40,7 @@ fn renders_text_thinking_parallel_calls_and_usage() {
             cached_input_tokens: 100,
             cache_creation_input_tokens: 10,
             reasoning_tokens: 30,
+            ..Usage::default()
         },
     };
     assert_eq!(
@@ -127,6 +128,7 @@ fn parses_thoughts_text_calls_and_usage() {
             cached_input_tokens: 200,
             cache_creation_input_tokens: 0,
             reasoning_tokens: 82,
+            ..Usage::default()
         }
     );
     assert_eq!(resp.content.len(), 5);

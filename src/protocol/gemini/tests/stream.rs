@@ -81,6 +81,7 @@ fn decoder_gives_the_same_events_for_any_split() {
                 cached_input_tokens: 32,
                 cache_creation_input_tokens: 0,
                 reasoning_tokens: 74,
+                ..Usage::default()
             }),
             Event::Finish(FinishReason::ToolCalls),
         ]
@@ -175,6 +176,7 @@ fn client_events() -> Vec<Event> {
             cached_input_tokens: 64,
             cache_creation_input_tokens: 0,
             reasoning_tokens: 12,
+            ..Usage::default()
         }),
         Event::Finish(FinishReason::ToolCalls),
     ]

@@ -27,6 +27,7 @@ fn sctx() -> StreamContext {
         created: 1_741_476_542,
         client_wants_usage: false,
         client_sse: true,
+        charge: None,
     }
 }
 

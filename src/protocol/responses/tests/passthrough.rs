@@ -73,6 +73,7 @@ fn a_whole_response_keeps_everything_but_the_model_and_reports_usage() {
             cached_input_tokens: 1920,
             cache_creation_input_tokens: 0,
             reasoning_tokens: 64,
+            ..Usage::default()
         }
     );
 }
@@ -168,6 +169,7 @@ fn a_stream_is_forwarded_event_by_event_with_the_clients_model() {
             cached_input_tokens: 256,
             cache_creation_input_tokens: 0,
             reasoning_tokens: 64,
+            ..Usage::default()
         }
     );
 }

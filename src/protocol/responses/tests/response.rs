@@ -15,6 +15,7 @@ fn usage() -> Usage {
         cached_input_tokens: 1000,
         cache_creation_input_tokens: 50,
         reasoning_tokens: 120,
+        ..Usage::default()
     }
 }
 

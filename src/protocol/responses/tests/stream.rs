@@ -53,6 +53,7 @@ impl Scripted {
                     cached_input_tokens: n(3),
                     cache_creation_input_tokens: 0,
                     reasoning_tokens: n(4),
+                    ..Usage::default()
                 }),
                 "finish" => Event::Finish(match s(1).as_str() {
                     "length" => FinishReason::Length,
@@ -178,6 +179,7 @@ fn a_text_stream_has_every_event_the_sdk_expects_and_ends_with_the_full_response
                 cached_input_tokens: 8,
                 cache_creation_input_tokens: 0,
                 reasoning_tokens: 0,
+                ..Usage::default()
             },
         },
         &rctx(),
@@ -275,6 +277,7 @@ fn reasoning_then_text_then_tool_calls() {
                 cached_input_tokens: 0,
                 cache_creation_input_tokens: 0,
                 reasoning_tokens: 20,
+                ..Usage::default()
             },
         },
         &rctx(),
