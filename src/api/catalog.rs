@@ -2,7 +2,7 @@
 //! each channel's name, protocol, models, model mapping, priority and weight, and each
 //! model's price in USD. Never a channel's address or key.
 
-use crate::billing::Price;
+use crate::billing::{Price, Rates};
 use crate::gateway::Gateway;
 use serde_json::{json, Map, Value};
 
@@ -15,22 +15,60 @@ fn micros(m: i64) -> f64 {
     m as f64 / 1_000_000.0
 }
 
-/// The price's configured parts, in the units the configuration uses.
-fn price_json(p: &Price) -> Value {
+/// Token rates in USD per million, every kind (the fallbacks already applied).
+fn rates_json(r: &Rates, input: bool, output: bool) -> Map<String, Value> {
     let mut v = Map::new();
-    if p.input_priced {
-        v.insert("input".into(), json!(per_million(p.rates.input)));
+    if input {
+        for (k, p) in [
+            ("input", r.input),
+            ("cached_input", r.cached_input),
+            ("cache_write", r.cache_write),
+            ("cache_write_1h", r.cache_write_1h),
+            ("audio_input", r.audio_input),
+            ("image_input", r.image_input),
+        ] {
+            v.insert(k.into(), json!(per_million(p)));
+        }
+    }
+    if output {
+        for (k, p) in [
+            ("output", r.output),
+            ("reasoning", r.reasoning),
+            ("audio_output", r.audio_output),
+            ("image_output", r.image_output),
+        ] {
+            v.insert(k.into(), json!(per_million(p)));
+        }
+    }
+    v
+}
+
+/// The price's configured parts, in the units the configuration uses.
+pub fn price_json(p: &Price) -> Value {
+    let mut v = rates_json(&p.rates, p.input_priced, p.output_priced);
+    if !p.tiers.is_empty() {
+        let tiers: Vec<Value> = p
+            .tiers
+            .iter()
+            .map(|t| {
+                let mut m = rates_json(&t.rates, true, true);
+                m.insert("above_input_tokens".into(), json!(t.above_input_tokens));
+                Value::Object(m)
+            })
+            .collect();
+        v.insert("tiers".into(), Value::Array(tiers));
+    }
+    if p.per_web_search_pico > 0 {
         v.insert(
-            "cached_input".into(),
-            json!(per_million(p.rates.cached_input)),
-        );
-        v.insert(
-            "cache_write".into(),
-            json!(per_million(p.rates.cache_write)),
+            "per_web_search".into(),
+            json!(per_million(p.per_web_search_pico) / 1_000_000.0),
         );
     }
-    if p.output_priced {
-        v.insert("output".into(), json!(per_million(p.rates.output)));
+    if let Some(u) = p.per_search_unit_pico {
+        v.insert(
+            "per_search_unit".into(),
+            json!(per_million(u) / 1_000_000.0),
+        );
     }
     if !p.per_image.is_empty() {
         let imgs: Map<String, Value> = p
@@ -59,6 +97,14 @@ pub fn get(gw: &Gateway) -> Value {
         .channels
         .iter()
         .map(|c| {
+            let own: Map<String, Value> = gw
+                .config
+                .channel_prices
+                .get(&c.name)
+                .into_iter()
+                .flatten()
+                .map(|(m, p)| (m.clone(), price_json(p)))
+                .collect();
             json!({
                 "name": c.name,
                 "protocol": c.protocol.as_str(),
@@ -66,6 +112,9 @@ pub fn get(gw: &Gateway) -> Value {
                 "model_map": c.model_map,
                 "priority": c.priority,
                 "weight": c.weight,
+                // The models this channel bills differently (its own prices, or the
+                // top-level ones times its multiplier).
+                "prices": own,
             })
         })
         .collect();
@@ -78,8 +127,8 @@ pub fn get(gw: &Gateway) -> Value {
     json!({
         "object": "catalog",
         "channels": channels,
-        // USD per million tokens (`input`, `output`, `cached_input`, `cache_write`) or
-        // characters, USD per image, minute or second.
+        // USD per million tokens of each kind or characters; USD per image, minute,
+        // second, web search or search unit.
         "prices": prices,
     })
 }

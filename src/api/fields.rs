@@ -114,6 +114,42 @@ pub fn usd_field(
     .transpose()
 }
 
+/// A usage record's cost by kind, for `/api/log/token` and `/admin/usage`: the provider
+/// cost and its lines (units, rate, cost), the key's multiplier, and the charge these
+/// make (`cost_micro_usd` = ⌈provider pico-USD ÷ 10⁶⌉ × multiplier, rounded up, capped
+/// by the reservation; README, "Pricing").
+pub fn cost_fields(out: &mut serde_json::Map<String, Value>, r: &crate::store::UsageRecord) {
+    use serde_json::json;
+    let lines: Vec<Value> = r
+        .bill
+        .lines
+        .iter()
+        .map(|l| {
+            let mut v = json!({
+                "kind": l.kind.name(),
+                "units": l.units,
+                "pico_usd_per_unit": l.pico_per_unit,
+                "cost_pico_usd": l.pico() as u64,
+            });
+            if l.per != 1 {
+                v["per_units"] = json!(l.per);
+            }
+            v
+        })
+        .collect();
+    let provider = r.provider_cost.unwrap_or(r.cost);
+    out.insert("provider_cost_usd".into(), json!(micros_to_usd(provider)));
+    out.insert("provider_cost_micro_usd".into(), json!(provider));
+    out.insert(
+        "price_multiplier".into(),
+        json!(r.multiplier_ppm.map_or(1.0, |m| m as f64 / 1_000_000.0)),
+    );
+    out.insert("usage_by_kind".into(), Value::Array(lines));
+    if let Some(t) = r.bill.tier {
+        out.insert("price_tier_above_input_tokens".into(), json!(t));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

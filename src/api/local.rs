@@ -130,7 +130,7 @@ pub async fn serve_usage(gw: &Gateway, key: &AuthKey) -> Result<Answer, GatewayE
 }
 
 fn log_entry(r: &UsageRecord) -> Value {
-    json!({
+    let mut v = json!({
         "request_id": r.request_id,
         "group": r.group,
         "created_at_ms": r.time_ms,
@@ -147,9 +147,11 @@ fn log_entry(r: &UsageRecord) -> Value {
         "status": r.status,
         "latency_ms": r.latency_ms,
         "stream": r.stream,
-        "cost_estimated": r.estimated,
-        "overrun_micro_usd": r.overrun,
-    })
+    });
+    if let Some(out) = v.as_object_mut() {
+        super::fields::cost_fields(out, r);
+    }
+    v
 }
 
 /// `GET /api/log/token[?limit=N]`: the caller's latest records, newest first.

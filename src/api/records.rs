@@ -19,7 +19,7 @@ const MAX_LIMIT: i64 = 1000;
 /// id (a deleted key's name is gone: `null`).
 pub fn view(r: &UsageRecord, keys: &HashMap<String, KeyRecord>) -> Value {
     let key = keys.get(&r.key_id);
-    json!({
+    let mut v = json!({
         "object": "usage_record",
         "request_id": r.request_id,
         "created_at": DateTime::<Utc>::from_timestamp_millis(r.time_ms)
@@ -43,7 +43,11 @@ pub fn view(r: &UsageRecord, keys: &HashMap<String, KeyRecord>) -> Value {
         "cost_estimated": r.estimated,
         "overrun_usd": micros_to_usd(r.overrun),
         "overrun_micro_usd": r.overrun,
-    })
+    });
+    if let Some(out) = v.as_object_mut() {
+        super::fields::cost_fields(out, r);
+    }
+    v
 }
 
 async fn key_index(

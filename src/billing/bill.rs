@@ -260,3 +260,7 @@ mod tests {
         assert_eq!(p.output_worst_pico(), 15_000_000);
     }
 }
+
+#[cfg(test)]
+#[path = "bill_props.rs"]
+mod props;

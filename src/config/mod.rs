@@ -638,4 +638,53 @@ prices:
         let e = Config::parse(&bad, Path::new(".")).unwrap_err();
         assert_eq!(e.path, "prices.gpt-4o-mini");
     }
+
+    #[test]
+    fn pricing_options_are_checked_with_their_paths() {
+        let with = |from: &str, to: &str| {
+            Config::parse(&GOOD.replace(from, to), Path::new(".")).map(|_| ())
+        };
+        let channel = "    model_map: { gpt-4o: gpt-4o-2024-08-06 }";
+        let e = with(channel, &format!("{channel}\n    price_multiplier: 0")).unwrap_err();
+        assert_eq!(e.path, "channels[0].price_multiplier");
+        let e = with(
+            channel,
+            &format!("{channel}\n    prices: {{ o1: {{ input: 1, output: 1 }} }}"),
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "channels[0].prices.o1");
+        let e = with(
+            channel,
+            &format!("{channel}\n    prices: {{ gpt-4o: {{ input: 1, output: -1 }} }}"),
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "channels[0].prices.gpt-4o");
+        let e = with(
+            "cached_input: 0.075 }",
+            "cached_input: 0.075, tiers: [{ above_input_tokens: 10, input: 1 }] }",
+        )
+        .unwrap_err();
+        assert_eq!(e.path, "prices.gpt-4o-mini");
+        assert!(e.to_string().contains("tiers[0]"), "{e}");
+        let e = with(
+            "cached_input: 0.075 }",
+            "cached_input: 0.075, reasonning: 1 }",
+        )
+        .unwrap_err();
+        assert!(e.path.starts_with("prices.gpt-4o-mini"), "{}", e.path);
+        // A channel multiplier prices its models at the top-level prices times it.
+        let c = Config::parse(
+            &GOOD.replace(channel, &format!("{channel}\n    price_multiplier: 1.5")),
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(
+            c.channel_price("openai-main", "gpt-4o-mini")
+                .unwrap()
+                .rates
+                .input,
+            225_000
+        );
+        assert_eq!(c.prices["gpt-4o-mini"].rates.input, 150_000);
+    }
 }

@@ -1,6 +1,8 @@
 //! Integration tests: real gateways in-process on ephemeral ports, mock upstreams in
 //! Rust, and a private `redis-server` per test that needs one.
 
+#[path = "../support/billed_vendors.rs"]
+mod billed_vendors;
 #[path = "../support/dashscope.rs"]
 mod dashscope;
 #[path = "../support/faulty_upstream.rs"]
@@ -51,6 +53,7 @@ mod media;
 mod media_edits;
 mod money_once;
 mod ops;
+mod pricing;
 mod protocols;
 mod quota;
 mod realtime;
