@@ -18,7 +18,7 @@ mod keeper;
 mod price;
 pub mod raw;
 
-pub use bill::{Bill, Kind, Line};
+pub use crate::store::bill::{Bill, Kind, Line};
 pub use calendar::{Calendar, Clock};
 pub use guard::{reserve, ReservationGuard, SettleOutcome};
 pub use price::{Multiplier, Price, Rates, Tier, DEFAULT_MAX_OUTPUT_TOKENS};

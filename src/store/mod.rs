@@ -10,6 +10,7 @@
 //! This module depends on no other module of the crate: the rest of the gateway talks to
 //! state only through these types.
 
+pub mod bill;
 pub mod embedded;
 pub mod policy;
 mod recent;
@@ -215,8 +216,8 @@ pub struct UsageRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_cost: Option<Micros>,
     /// The provider cost line by line: units and rate of each kind of usage.
-    #[serde(default, skip_serializing_if = "crate::billing::Bill::is_empty")]
-    pub bill: crate::billing::Bill,
+    #[serde(default, skip_serializing_if = "bill::Bill::is_empty")]
+    pub bill: bill::Bill,
     /// The key's (or its group's) price multiplier, in parts per million; `None` = 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multiplier_ppm: Option<u64>,
