@@ -115,13 +115,14 @@ impl From<crate::store::ReserveDenied> for GatewayError {
 /// reconnects by itself), 500 otherwise. The details go to the log only.
 pub fn store_error(e: &crate::store::StoreError) -> GatewayError {
     use crate::store::StoreError;
+    let why = crate::store::chain(e);
     match e {
-        StoreError::Unavailable(m) => {
-            tracing::warn!(error = %m, "store unavailable");
+        StoreError::Unavailable(_) => {
+            tracing::warn!(error = %why, "store unavailable");
             GatewayError::StoreUnavailable
         }
-        StoreError::Conflict(m) | StoreError::Internal(m) => {
-            tracing::error!(error = %m, "store error");
+        StoreError::Conflict(_) | StoreError::Internal(_) => {
+            tracing::error!(error = %why, "store error");
             GatewayError::Internal
         }
     }

@@ -392,9 +392,7 @@ impl Store for Unreachable {
         _: &crate::store::Ask,
         _: u64,
     ) -> crate::store::StoreResult<Result<Reservation, ReserveDenied>> {
-        Err(crate::store::StoreError::Unavailable(
-            "connection refused".into(),
-        ))
+        Err(crate::store::StoreError::unavailable("connection refused"))
     }
     async fn extend(&self, r: &Reservation, ttl_secs: u64) -> crate::store::StoreResult<()> {
         self.0.extend(r, ttl_secs).await
@@ -452,9 +450,7 @@ impl Store for Unreachable {
         self.0.standing(scope, id, periods, minute).await
     }
     async fn ping(&self) -> crate::store::StoreResult<()> {
-        Err(crate::store::StoreError::Unavailable(
-            "connection refused".into(),
-        ))
+        Err(crate::store::StoreError::unavailable("connection refused"))
     }
 }
 

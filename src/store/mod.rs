@@ -230,28 +230,109 @@ pub struct UsageRecord {
     pub group: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum StoreError {
     /// The backing service cannot be reached right now (Redis down, connection lost).
     /// The request fails with 503; the store reconnects by itself.
-    Unavailable(String),
+    #[error("store unavailable: {0}")]
+    Unavailable(#[source] Cause),
     /// A record with the same id already exists.
-    Conflict(String),
+    #[error("store conflict: {0}")]
+    Conflict(#[source] Cause),
     /// Anything else: corrupt data, disk errors. The request fails with 500.
-    Internal(String),
+    #[error("store error: {0}")]
+    Internal(#[source] Cause),
 }
 
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreError::Unavailable(m) => write!(f, "store unavailable: {m}"),
-            StoreError::Conflict(m) => write!(f, "store conflict: {m}"),
-            StoreError::Internal(m) => write!(f, "store error: {m}"),
-        }
+impl StoreError {
+    pub fn unavailable(what: impl Into<String>) -> StoreError {
+        StoreError::Unavailable(Cause::new(what))
+    }
+
+    pub fn conflict(what: impl Into<String>) -> StoreError {
+        StoreError::Conflict(Cause::new(what))
+    }
+
+    pub fn internal(what: impl Into<String>) -> StoreError {
+        StoreError::Internal(Cause::new(what))
+    }
+
+    /// An internal failure that is `source` (a database or decoding error), kept as the
+    /// error's cause.
+    pub fn internal_error(source: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+        StoreError::Internal(Cause::new(source.to_string()).because(source))
+    }
+
+    /// An internal failure caused by `source` (a database or decoding error), which the
+    /// log prints as the error's cause.
+    pub fn internal_from(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> StoreError {
+        StoreError::Internal(Cause::new(what).because(source))
     }
 }
 
-impl std::error::Error for StoreError {}
+/// What failed in the store, and the error beneath it when there is one (kept as the
+/// error's `source()`, not flattened into text).
+#[derive(Debug, Clone)]
+pub struct Cause {
+    what: String,
+    source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl Cause {
+    pub fn new(what: impl Into<String>) -> Cause {
+        Cause {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    pub fn because(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Cause {
+        self.source = Some(std::sync::Arc::new(source));
+        self
+    }
+}
+
+impl fmt::Display for Cause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Equal when they say the same, cause included (tests compare errors).
+impl PartialEq for Cause {
+    fn eq(&self, other: &Cause) -> bool {
+        self.what == other.what
+            && self.source.as_ref().map(|e| e.to_string())
+                == other.source.as_ref().map(|e| e.to_string())
+    }
+}
+
+/// An error and each of its causes, `: `-separated: what a log line of a failure shows
+/// (a cause whose text the line already ends with is not repeated).
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(s) = next {
+        let text = s.to_string();
+        if !out.ends_with(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = s.source();
+    }
+    out
+}
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
@@ -392,6 +473,25 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
     /// holding anything ahead.
     async fn close(&self) -> StoreResult<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::*;
+
+    #[test]
+    fn a_store_error_keeps_its_cause_for_the_log() {
+        let bad_json = serde_json::from_str::<u32>("x").unwrap_err();
+        let e = StoreError::internal_from("usage record r1", bad_json);
+        let source = std::error::Error::source(&e).and_then(|c| c.source());
+        assert!(source.is_some(), "the JSON error is kept as the cause");
+        assert_eq!(
+            chain(&e),
+            "store error: usage record r1: expected value at line 1 column 1"
+        );
+        let e = StoreError::internal_error(serde_json::from_str::<u32>("x").unwrap_err());
+        assert_eq!(chain(&e), "store error: expected value at line 1 column 1");
     }
 }
 

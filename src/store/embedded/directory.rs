@@ -19,7 +19,7 @@ impl EmbeddedStore {
     pub fn lock_exclusive(&self) -> StoreResult<()> {
         let f = File::create(self.dir.join("LOCK")).map_err(internal)?;
         f.try_lock().map_err(|_| {
-            StoreError::Conflict(format!(
+            StoreError::conflict(format!(
                 "{} is in use by another gateway",
                 self.dir.display()
             ))

@@ -26,7 +26,7 @@ impl EmbeddedStore {
                 )
                 .map_err(internal)?;
                 if n == 0 {
-                    return Err(StoreError::Conflict(format!("group {} exists", g.id)));
+                    return Err(StoreError::conflict(format!("group {} exists", g.id)));
                 }
                 Ok(g)
             },

@@ -97,7 +97,11 @@ fn body(settle: Option<&Settle>, usage: Option<&str>) -> StoreResult<Vec<u8>> {
         Some(u) if !u.bytes().any(|b| b == b'\n' || b == b'\t') => {
             out.extend_from_slice(u.as_bytes())
         }
-        Some(_) => return Err(internal("usage record with a raw control character")),
+        Some(_) => {
+            return Err(StoreError::internal(
+                "usage record with a raw control character",
+            ))
+        }
         None => out.push(b'-'),
     }
     out.push(b'\n');
@@ -207,9 +211,7 @@ impl Journal {
         let mut g = self.inner.lock();
         if self.is_closed() {
             // Closed since the caller looked: its retry commits directly.
-            return Err(StoreError::Unavailable(
-                "the store's journal is closed".into(),
-            ));
+            return Err(StoreError::unavailable("the store's journal is closed"));
         }
         if let Some(s) = &settle {
             if !ledger.claim(&s.key, &s.rid) {

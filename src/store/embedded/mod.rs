@@ -254,11 +254,11 @@ impl EmbeddedStore {
         if let Err(job) = queued {
             self.jobs
                 .send(Work::Job(job))
-                .map_err(|_| StoreError::Internal("store thread stopped".into()))?;
+                .map_err(|_| StoreError::internal("store thread stopped"))?;
             self.writer.wake();
         }
         rx.await
-            .map_err(|_| StoreError::Internal("store thread dropped a job".into()))?
+            .map_err(|_| StoreError::internal("store thread dropped a job"))?
     }
 
     async fn call<T: Send + 'static>(
@@ -442,7 +442,7 @@ impl Store for EmbeddedStore {
                 )
                 .map_err(internal)?;
                 if n == 0 {
-                    return Err(StoreError::Conflict(format!("key {} exists", r.id)));
+                    return Err(StoreError::conflict(format!("key {} exists", r.id)));
                 }
                 Ok(r.id)
             },

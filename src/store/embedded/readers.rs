@@ -65,8 +65,8 @@ impl Readers {
             .send(Box::new(move |c| {
                 let _ = tx.send(f(c));
             }))
-            .map_err(|_| StoreError::Internal("store readers stopped".into()))?;
+            .map_err(|_| StoreError::internal("store readers stopped"))?;
         rx.await
-            .map_err(|_| StoreError::Internal("store reader dropped a job".into()))?
+            .map_err(|_| StoreError::internal("store reader dropped a job"))?
     }
 }

@@ -96,8 +96,8 @@ pub fn group_scope(id: &str) -> String {
     format!("g:{id}")
 }
 
-pub fn internal(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Internal(e.to_string())
+pub fn internal(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::internal_error(e)
 }
 
 /// Runs one statement, compiled once per connection (the writer runs the same few

@@ -30,7 +30,7 @@ fn get_task(c: &Connection, key_id: &str, id: &str) -> StoreResult<Option<TaskRe
 impl TaskStore for EmbeddedStore {
     async fn create_task(&self, t: &TaskRecord, due_ms: i64) -> StoreResult<()> {
         if t.status.is_terminal() {
-            return Err(StoreError::Internal(format!(
+            return Err(StoreError::internal(format!(
                 "task {} created already ended",
                 t.id
             )));
@@ -46,7 +46,7 @@ impl TaskStore for EmbeddedStore {
             )
             .map_err(internal)?;
             if n == 0 {
-                return Err(StoreError::Conflict(format!("task {id} exists")));
+                return Err(StoreError::conflict(format!("task {id} exists")));
             }
             Ok(())
         })
@@ -115,7 +115,7 @@ impl TaskStore for EmbeddedStore {
 
     async fn save_task(&self, t: &TaskRecord, due_ms: i64) -> StoreResult<bool> {
         if t.status.is_terminal() {
-            return Err(StoreError::Internal(format!(
+            return Err(StoreError::internal(format!(
                 "task {} saved as ended: finish_task ends a task",
                 t.id
             )));
@@ -137,14 +137,14 @@ impl TaskStore for EmbeddedStore {
 
     async fn finish_task(&self, t: &TaskRecord, usage: &UsageRecord) -> StoreResult<bool> {
         if !t.status.is_terminal() {
-            return Err(StoreError::Internal(format!(
+            return Err(StoreError::internal(format!(
                 "task {} finished as {}",
                 t.id,
                 t.status.as_str()
             )));
         }
         if usage.key_id != t.key_id {
-            return Err(StoreError::Internal(format!(
+            return Err(StoreError::internal(format!(
                 "task {} of {} finished with usage of {}",
                 t.id, t.key_id, usage.key_id
             )));

@@ -351,12 +351,12 @@ async fn a_failed_plain_write_undoes_its_group() {
                     [],
                 )
                 .map_err(internal)?;
-                Err::<(), _>(StoreError::Internal("disk full".into()))
+                Err::<(), _>(StoreError::internal("disk full"))
             },
             |_, _| {},
         )
         .await;
-    assert_eq!(failed, Err(StoreError::Internal("disk full".into())));
+    assert_eq!(failed, Err(StoreError::internal("disk full")));
     s.append_usage(&UsageRecord {
         request_id: "r".into(),
         time_ms: 1,

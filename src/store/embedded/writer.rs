@@ -339,8 +339,8 @@ impl Writer {
     fn commit(&self, desk: &Desk, ran: Ran) -> bool {
         let conn = &desk.conn;
         let err = if ran.poisoned {
-            Some(StoreError::Internal(
-                "a write of the group failed; the group was undone".into(),
+            Some(StoreError::internal(
+                "a write of the group failed; the group was undone",
             ))
         } else {
             exec(conn, "COMMIT", []).map_err(internal).err()

@@ -3,6 +3,7 @@
 //! Everything one script touches carries the key's id as a hash tag (`{ID}`), so it
 //! lives in one Cluster slot.
 
+use crate::store::Cause;
 use crate::store::StoreError;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, Pipeline, RedisError, RedisFuture, Value};
@@ -32,7 +33,7 @@ impl Conn {
         }
         let url = urls
             .first()
-            .ok_or_else(|| StoreError::Internal("no Redis URL".into()))?;
+            .ok_or_else(|| StoreError::internal("no Redis URL"))?;
         let client = redis::Client::open(url.as_str()).map_err(map_err)?;
         let cfg = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(TIMEOUT))
@@ -77,9 +78,9 @@ impl ConnectionLike for Conn {
 
 pub fn map_err(e: RedisError) -> StoreError {
     if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
-        StoreError::Unavailable(e.to_string())
+        StoreError::Unavailable(Cause::new("Redis unreachable").because(e))
     } else {
-        StoreError::Internal(e.to_string())
+        StoreError::internal_error(e)
     }
 }
 

@@ -30,7 +30,7 @@ impl RedisStore {
             .await
             .map_err(map_err)?;
         if created == 0 {
-            return Err(StoreError::Conflict(format!("{what} {id} exists")));
+            return Err(StoreError::conflict(format!("{what} {id} exists")));
         }
         self.query::<()>(redis::cmd("SADD").arg(set).arg(id)).await
     }

@@ -179,7 +179,7 @@ impl RedisStore {
         if status == "ok" {
             let amount = detail
                 .parse::<f64>()
-                .map_err(|_| StoreError::Internal(format!("bad grant {detail}")))?;
+                .map_err(|_| StoreError::internal(format!("bad grant {detail}")))?;
             return Ok(Answer::Granted(amount as Micros, counted == "1"));
         }
         if detail == "leased" {
@@ -187,7 +187,7 @@ impl RedisStore {
         }
         scopes::denied(&detail)
             .map(Answer::Denied)
-            .ok_or_else(|| StoreError::Internal(format!("bad refusal {detail}")))
+            .ok_or_else(|| StoreError::internal(format!("bad refusal {detail}")))
     }
 
     /// Takes the group's half of a hold back (its key refused, on a Cluster).
@@ -338,7 +338,7 @@ impl RedisStore {
         let text = usage
             .map(serde_json::to_string)
             .transpose()
-            .map_err(|e| StoreError::Internal(e.to_string()))?;
+            .map_err(|e| StoreError::internal(e.to_string()))?;
         let same_key = usage.is_none_or(|u| u.key_id == r.key_id);
         if same_key {
             match self.leases.settle(&r.key_id, &r.id, actual, text.clone()) {
@@ -584,7 +584,7 @@ impl Store for RedisStore {
     }
 
     async fn append_usage(&self, rec: &UsageRecord) -> StoreResult<()> {
-        let text = serde_json::to_string(rec).map_err(|e| StoreError::Internal(e.to_string()))?;
+        let text = serde_json::to_string(rec).map_err(|e| StoreError::internal(e.to_string()))?;
         self.query::<String>(
             redis::cmd("XADD")
                 .arg(log(&rec.key_id))

@@ -123,7 +123,7 @@ pub fn group_record(h: &HashMap<String, String>) -> StoreResult<GroupRecord> {
     let num = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
     Ok(GroupRecord {
         id: get("id")
-            .ok_or_else(|| StoreError::Internal("malformed group record".into()))?
+            .ok_or_else(|| StoreError::internal("malformed group record"))?
             .clone(),
         name: h.get("name").cloned().unwrap_or_default(),
         status: get("status")
@@ -169,7 +169,7 @@ pub fn patch_fields(p: &KeyPatch) -> Vec<(&'static str, String)> {
 pub fn record(h: &HashMap<String, String>) -> StoreResult<KeyRecord> {
     let get = |k: &str| h.get(k).filter(|v| !v.is_empty());
     let num = |k: &str| get(k).and_then(|v| v.parse::<i64>().ok());
-    let bad = || StoreError::Internal("malformed key record".into());
+    let bad = || StoreError::internal("malformed key record");
     Ok(KeyRecord {
         id: get("id").ok_or_else(bad)?.clone(),
         hash: get("hash").ok_or_else(bad)?.clone(),
@@ -194,8 +194,8 @@ pub fn record(h: &HashMap<String, String>) -> StoreResult<KeyRecord> {
     })
 }
 
-fn internal(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Internal(e.to_string())
+fn internal(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::internal_error(e)
 }
 
 /// The usage records of stream entries, newest first, at most `limit`. An entry holds

@@ -232,7 +232,7 @@ impl Leases {
                 .map_err(map_err)?;
         let lease = lease
             .parse::<f64>()
-            .map_err(|_| StoreError::Internal(format!("bad lease {lease}")))?
+            .map_err(|_| StoreError::internal(format!("bad lease {lease}")))?
             as Micros;
         Ok(Reply {
             status,
@@ -264,9 +264,7 @@ impl Leases {
                 }
                 Some(None) => {
                     if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                        return Err(StoreError::Unavailable(
-                            "lease call under way too long".into(),
-                        ));
+                        return Err(StoreError::unavailable("lease call under way too long"));
                     }
                 }
             }
@@ -354,8 +352,8 @@ impl Leases {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(StoreError::Unavailable(
-                    "leases not all given back before the deadline".into(),
+                return Err(StoreError::unavailable(
+                    "leases not all given back before the deadline",
                 ));
             }
             let notified = self.synced.notified();

@@ -87,8 +87,8 @@ fn parse_member(m: &str) -> Option<TaskRef> {
     })
 }
 
-fn internal(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Internal(e.to_string())
+fn internal(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::internal_error(e)
 }
 
 impl RedisStore {
@@ -120,7 +120,10 @@ impl RedisStore {
 impl TaskStore for RedisStore {
     async fn create_task(&self, t: &TaskRecord, due_ms: i64) -> StoreResult<()> {
         if t.status.is_terminal() {
-            return Err(internal(format!("task {} created already ended", t.id)));
+            return Err(StoreError::internal(format!(
+                "task {} created already ended",
+                t.id
+            )));
         }
         let text = serde_json::to_string(t).map_err(internal)?;
         // The due member first: a crash before the hash leaves a member `get_task` answers
@@ -143,7 +146,7 @@ impl TaskStore for RedisStore {
             .await
             .map_err(map_err)?;
         if created == 0 {
-            return Err(StoreError::Conflict(format!("task {} exists", t.id)));
+            return Err(StoreError::conflict(format!("task {} exists", t.id)));
         }
         Ok(())
     }
@@ -202,7 +205,7 @@ impl TaskStore for RedisStore {
 
     async fn save_task(&self, t: &TaskRecord, due_ms: i64) -> StoreResult<bool> {
         if t.status.is_terminal() {
-            return Err(internal(format!(
+            return Err(StoreError::internal(format!(
                 "task {} saved as ended: finish_task ends a task",
                 t.id
             )));
@@ -232,14 +235,14 @@ impl TaskStore for RedisStore {
 
     async fn finish_task(&self, t: &TaskRecord, usage: &UsageRecord) -> StoreResult<bool> {
         if !t.status.is_terminal() {
-            return Err(internal(format!(
+            return Err(StoreError::internal(format!(
                 "task {} finished as {}",
                 t.id,
                 t.status.as_str()
             )));
         }
         if usage.key_id != t.key_id {
-            return Err(internal(format!(
+            return Err(StoreError::internal(format!(
                 "task {} of {} finished with usage of {}",
                 t.id, t.key_id, usage.key_id
             )));

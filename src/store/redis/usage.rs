@@ -58,11 +58,11 @@ fn records(entries: Entries) -> StoreResult<Vec<(EntryId, UsageRecord)>> {
     let mut out = Vec::with_capacity(entries.len());
     for (id, fields) in entries {
         let Some(eid) = parse_id(&id) else {
-            return Err(StoreError::Internal(format!("bad stream id {id}")));
+            return Err(StoreError::internal(format!("bad stream id {id}")));
         };
         if let Some((_, text)) = fields.into_iter().find(|(k, _)| k == "r") {
             let rec = serde_json::from_str(&text)
-                .map_err(|e| StoreError::Internal(format!("usage record {id}: {e}")))?;
+                .map_err(|e| StoreError::internal(format!("usage record {id}: {e}")))?;
             out.push((eid, rec));
         }
     }
