@@ -74,7 +74,7 @@ async fn moderation_without_usage_is_four_bytes_a_token_of_its_input() {
     // The SDK's separators; 217 and 15 bytes of input.
     let long = format!(
         "{{\"input\": \"{}\", \"model\": \"omni-moderation-latest\"}}",
-        "Is this sentence fine to post in a public forum? ".repeat(5)[..217].to_string()
+        &"Is this sentence fine to post in a public forum? ".repeat(5)[..217]
     );
     let short = "{\"input\": \"is this fine?  \", \"model\": \"omni-moderation-latest\"}";
     assert_eq!((long.len(), short.len()), (265, 63));
