@@ -29,17 +29,116 @@ use crate::store::Micros;
 pub const MIN_OUTPUT_TOKENS: u64 = 16;
 /// Allowance per image part: an image URL is a few bytes of JSON but up to a few thousand
 /// tokens for the model.
-const IMAGE_TOKEN_ALLOWANCE: u64 = 3_000;
+pub const IMAGE_TOKEN_ALLOWANCE: u64 = 3_000;
 
 /// An upper bound on the prompt tokens of a request: every tokenizer the gateway fronts
 /// emits at most one token per byte of text, the JSON around the text only adds bytes,
 /// and each image part gets a fixed allowance.
 pub fn input_token_bound(body: &[u8]) -> u64 {
-    // Built once: a searcher is costly to set up, and this runs several times a request.
-    static IMAGE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"image"));
-    let images = IMAGE.find_iter(body).count() as u64;
-    body.len() as u64 + images * IMAGE_TOKEN_ALLOWANCE + 64
+    body.len() as u64 + image_parts(body) * IMAGE_TOKEN_ALLOWANCE + 64
+}
+
+/// Keys that make the object holding them an image part: chat's and responses'
+/// `image_url`, generate-content's `inlineData`/`fileData` (any media: an upper bound).
+const IMAGE_KEYS: [&[u8]; 5] = [
+    b"image_url",
+    b"inlineData",
+    b"inline_data",
+    b"fileData",
+    b"file_data",
+];
+/// `type` values that make their object an image part: chat's `image_url`, responses'
+/// `input_image`, messages' `image`.
+const IMAGE_TYPES: [&[u8]; 3] = [b"image_url", b"input_image", b"image"];
+
+/// The image parts of a JSON body, in every protocol the gateway fronts: the objects
+/// holding an [`IMAGE_KEYS`] key or an [`IMAGE_TYPES`] `type`, each counted once. A byte
+/// scan (memchr over quotes and braces) that steps over the inside of every string, so
+/// text that says `"type":"image"` is never an image. At most one per object; objects
+/// nested deeper than 64 count every marker they hold (still an upper bound).
+fn image_parts(body: &[u8]) -> u64 {
+    let mut parts = 0;
+    let mut depth = 0usize;
+    // Bit d: the object open at depth d (1-based) has been counted.
+    let mut counted = 0u64;
+    let mut after_type_key = false;
+    let mut at = 0;
+    while let Some(found) = memchr::memchr3(b'"', b'{', b'}', &body[at..]) {
+        let i = at + found;
+        match body[i] {
+            b'{' => {
+                depth += 1;
+                if (1..=64).contains(&depth) {
+                    counted &= !(1u64 << (depth - 1));
+                }
+                after_type_key = false;
+                at = i + 1;
+            }
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                after_type_key = false;
+                at = i + 1;
+            }
+            _ => {
+                let Some(end) = string_end(body, i + 1) else {
+                    break;
+                };
+                let is_key = body[end + 1..]
+                    .iter()
+                    .find(|b| !b.is_ascii_whitespace())
+                    .is_some_and(|b| *b == b':');
+                let marks = if is_key {
+                    let image = is_one_of(body, i, end, &IMAGE_KEYS);
+                    after_type_key = unescaped_is(body, i, end, b"type");
+                    image
+                } else {
+                    let image = after_type_key && is_one_of(body, i, end, &IMAGE_TYPES);
+                    after_type_key = false;
+                    image
+                };
+                if marks {
+                    match depth {
+                        1..=64 if counted & (1u64 << (depth - 1)) != 0 => {}
+                        1..=64 => {
+                            counted |= 1u64 << (depth - 1);
+                            parts += 1;
+                        }
+                        _ => parts += 1,
+                    }
+                }
+                at = end + 1;
+            }
+        }
+    }
+    parts
+}
+
+/// The index of the quote that closes the string whose content starts at `from`.
+fn string_end(body: &[u8], from: usize) -> Option<usize> {
+    let mut at = from;
+    loop {
+        let i = at + memchr::memchr2(b'"', b'\\', body.get(at..)?)?;
+        if body[i] == b'"' {
+            return Some(i);
+        }
+        at = i + 2;
+    }
+}
+
+/// Whether the JSON string `body[open..=close]` (quotes included) decodes to one of
+/// `names`.
+fn is_one_of(body: &[u8], open: usize, close: usize, names: &[&[u8]]) -> bool {
+    names.iter().any(|n| unescaped_is(body, open, close, n))
+}
+
+/// Whether the JSON string `body[open..=close]` decodes to `name`. Escapes are rare in
+/// keys; a string holding one is decoded (`"image\u005furl"` is `image_url`).
+fn unescaped_is(body: &[u8], open: usize, close: usize, name: &[u8]) -> bool {
+    let raw = &body[open + 1..close];
+    if memchr::memchr(b'\\', raw).is_none() {
+        return raw == name;
+    }
+    serde_json::from_slice::<String>(&body[open..=close]).is_ok_and(|s| s.as_bytes() == name)
 }
 
 /// What to reserve for one request.
@@ -171,6 +270,100 @@ mod tests {
     #[test]
     fn images_get_an_allowance() {
         let body = br#"{"content":[{"type":"image_url","image_url":{"url":"https://x"}}]}"#;
-        assert!(input_token_bound(body) >= 2 * IMAGE_TOKEN_ALLOWANCE);
+        assert_eq!(
+            input_token_bound(body),
+            body.len() as u64 + IMAGE_TOKEN_ALLOWANCE + 64
+        );
+    }
+
+    #[test]
+    fn each_protocol_s_image_parts_count_once() {
+        for (body, parts) in [
+            // chat: `type` and key in one part, twice.
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"text","text":"hi"},{"type":"image_url","image_url":{"url":"https://x/a.png","detail":"high"}},{"image_url":{"url":"data:image/png;base64,AA"},"type":"image_url"}]}]}"#,
+                2,
+            ),
+            // responses: by URL and by file id.
+            (
+                r#"{"input":[{"role":"user","content":[{"type":"input_text","text":"t"},{"type":"input_image","image_url":"https://x"},{"type" : "input_image","file_id":"file-1"}]}]}"#,
+                2,
+            ),
+            // messages: the block, not its `source`.
+            (
+                r#"{"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AA"}},{"type":"text","text":"t"}]}]}"#,
+                1,
+            ),
+            // generate-content, both spellings.
+            (
+                r#"{"contents":[{"parts":[{"inlineData":{"mimeType":"image/png","data":"AA"}},{"file_data":{"file_uri":"gs://b/o"}},{"text":"t"}]}]}"#,
+                2,
+            ),
+            // An escaped key is the key it decodes to.
+            (r#"{"content":[{"image\u005furl":{"url":"u"}}]}"#, 1),
+        ] {
+            assert_eq!(image_parts(body.as_bytes()), parts, "{body}");
+        }
+    }
+
+    #[test]
+    fn text_is_never_an_image_part() {
+        for body in [
+            r#"{"input":"an image, an image, an image"}"#,
+            r#"{"content":"image_url"}"#,
+            r#"{"type":"text","text":"image"}"#,
+            r#"{"content":"{\"type\":\"image\",\"image_url\":{}}"}"#,
+            r#"{"content":"say \"image_url\" and \\"}"#,
+            r#"{"a":"\"image_url\":"}"#,
+            r#"{"content":"unterminated \"image_url\": "#,
+        ] {
+            assert_eq!(image_parts(body.as_bytes()), 0, "{body}");
+            assert_eq!(input_token_bound(body.as_bytes()), body.len() as u64 + 64);
+        }
+    }
+
+    proptest::proptest! {
+        /// Whatever a text says (quotes, braces, escapes, the markers themselves), as a
+        /// string value it adds no image allowance, in any of the protocols' text slots.
+        #[test]
+        fn no_text_counts_as_an_image(
+            pieces in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "image", "image_url", "\"type\":\"image\"", "input_image", "inlineData",
+                    "{", "}", "\"", "\\", ":", " ", "\u{1}", "é", "a",
+                ]),
+                0..24,
+            ),
+        ) {
+            let text: String = pieces.concat();
+            for body in [
+                serde_json::json!({"messages": [{"role": "user", "content": text}]}),
+                serde_json::json!({"messages": [{"role": "user", "content": [{"type": "text", "text": text}]}]}),
+                serde_json::json!({"input": text, "instructions": text}),
+                serde_json::json!({"contents": [{"parts": [{"text": text}]}]}),
+            ] {
+                let raw = serde_json::to_vec(&body).unwrap();
+                proptest::prop_assert_eq!(image_parts(&raw), 0, "{}", body);
+            }
+        }
+
+        /// Every image part counts, whatever text surrounds it.
+        #[test]
+        fn every_image_part_counts(
+            kinds in proptest::collection::vec(0usize..5, 0..12),
+            text in "[a-z\"{}: ]{0,12}",
+        ) {
+            let part = |k: usize| match k {
+                0 => serde_json::json!({"type": "image_url", "image_url": {"url": text}}),
+                1 => serde_json::json!({"type": "input_image", "image_url": text}),
+                2 => serde_json::json!({"type": "image", "source": {"type": "url", "url": text}}),
+                3 => serde_json::json!({"inlineData": {"mimeType": "image/png", "data": text}}),
+                _ => serde_json::json!({"type": "text", "text": text}),
+            };
+            let content: Vec<_> = kinds.iter().map(|k| part(*k)).collect();
+            let body = serde_json::json!({"messages": [{"role": "user", "content": content}]});
+            let images = kinds.iter().filter(|k| **k < 4).count() as u64;
+            proptest::prop_assert_eq!(image_parts(&serde_json::to_vec(&body).unwrap()), images);
+        }
     }
 }

@@ -7,13 +7,14 @@
 use super::body;
 use super::exchange;
 use super::meter::{Account, Bounds, Call, Cost, Delivery, Meter, Request};
-use crate::billing::{input_token_bound, Bill, Kind, Line, Price};
+use crate::billing::{Bill, Kind, Line, Price};
 use crate::channels::Channel;
 use crate::errors::GatewayError;
 use crate::gateway::Gateway;
 use crate::media::images::{self, ImageJob};
 use crate::media::multipart::{self, Form};
-use crate::media::{audio, parse_json, text, Api, Media};
+use crate::media::text::{self, Billed, TextJob};
+use crate::media::{audio, parse_json, Api, Media};
 use crate::protocol::Usage;
 use crate::request::{Answer, Ctx};
 use crate::store::Micros;
@@ -28,8 +29,8 @@ const AUDIO_TOKENS_PER_SECOND: f64 = 50.0;
 
 /// What a request is billed by.
 enum Charge {
-    /// Embeddings, rerank, moderation: prompt tokens.
-    Tokens,
+    /// Embeddings, rerank, moderation: prompt tokens (or Cohere's search units).
+    Text(TextJob),
     Images(ImageJob),
     Speech {
         chars: u64,
@@ -102,12 +103,11 @@ fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<P
             let job = audio::check_speech(&json)?;
             (job.model, Charge::Speech { chars: job.chars })
         }
-        Media::Embeddings(path_model) => (
-            text::check_embeddings(&json, path_model.as_deref())?,
-            Charge::Tokens,
-        ),
-        Media::Rerank => (text::check_rerank(&json)?, Charge::Tokens),
-        Media::Moderation => (text::check_moderation(&json)?, Charge::Tokens),
+        Media::Embeddings(path_model) => {
+            text_job(text::check_embeddings(&json, path_model.as_deref())?)
+        }
+        Media::Rerank => text_job(text::check_rerank(&json)?),
+        Media::Moderation => text_job(text::check_moderation(&json)?),
         Media::Transcription | Media::Translation => {
             return Err(GatewayError::Internal);
         }
@@ -125,11 +125,24 @@ fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<P
     })
 }
 
+fn text_job(job: TextJob) -> (String, Charge) {
+    (job.model.clone(), Charge::Text(job))
+}
+
 /// The worst case this request can cost, or `None` when the model has no price in the
 /// unit the endpoint is billed in.
 fn worst_case(price: &Price, plan: &Plan) -> Option<Micros> {
     match &plan.charge {
-        Charge::Tokens => price.input_priced.then(|| price.input_bound(&plan.body)),
+        Charge::Text(job) => {
+            // Either unit the answer may be billed in: tokens (bounded by the body) or,
+            // for rerank, Cohere's search units at their most.
+            let tokens = price.input_priced.then(|| price.input_bound(&plan.body));
+            let units = job
+                .documents
+                .zip(price.per_search_unit_pico)
+                .map(|(d, rate)| search_units(d.search_units_bound(), rate).micros());
+            tokens.max(units)
+        }
         Charge::Images(job) => {
             if !price.per_image.is_empty() {
                 let each = price.image(&job.size, job.quality.as_deref())?;
@@ -159,33 +172,15 @@ fn worst_case(price: &Price, plan: &Plan) -> Option<Micros> {
 
 /// What a successful answer cost, how sure that is, and its lines.
 fn actual(price: &Price, plan: &Plan, answer: &[u8], worst: Micros) -> (Cost, Bill) {
-    let tokens = |u: Usage, exact: bool| {
-        let c = price.cost(&u);
-        let cost = if exact {
-            Cost::exact(u, c)
-        } else {
-            Cost::estimated(u, c)
-        };
-        (cost, price.bill(&u))
-    };
+    let tokens = |u: Usage, exact: bool| (sure(exact, u, price.cost(&u)), price.bill(&u));
     match &plan.charge {
-        Charge::Tokens => {
-            let reported = serde_json::from_slice::<Value>(answer)
-                .ok()
-                .and_then(|v| text::reported_tokens(&v));
-            match reported {
-                Some(u) => tokens(u, true),
-                // No usage in the answer (moderation never reports any): the input bound
-                // the reservation was sized by.
-                None => tokens(
-                    Usage {
-                        input_tokens: input_token_bound(&plan.body),
-                        ..Usage::default()
-                    },
-                    false,
-                ),
+        Charge::Text(job) => match text::billed(job, price, answer) {
+            (Billed::Tokens(u), exact) => tokens(u, exact),
+            (Billed::SearchUnits(units), exact) => {
+                let bill = search_units(units, price.per_search_unit_pico.unwrap_or(0));
+                (sure(exact, Usage::default(), bill.micros()), bill)
             }
-        }
+        },
         Charge::Images(job) => {
             let got = images::delivered(answer).unwrap_or_default();
             if let (true, Some(u)) = (price.per_token(), got.usage) {
@@ -237,6 +232,20 @@ fn actual(price: &Price, plan: &Plan, answer: &[u8], worst: Micros) -> (Cost, Bi
             }
         }
     }
+}
+
+/// A cost the upstream reported (`exact`) or the gateway counted.
+fn sure(exact: bool, usage: Usage, micros: Micros) -> Cost {
+    if exact {
+        Cost::exact(usage, micros)
+    } else {
+        Cost::estimated(usage, micros)
+    }
+}
+
+/// `units` of Cohere's search units at `pico` each.
+fn search_units(units: u64, pico: u64) -> Bill {
+    Bill::one(Line::new(Kind::SearchUnits, units, pico))
 }
 
 /// A price in micro-USD as pico-USD per unit (a line's rate).
@@ -438,5 +447,65 @@ fn client_model(answer: Bytes, content_type: &str, model: &str) -> Bytes {
             Bytes::from(serde_json::to_vec(&v).unwrap_or_default())
         }
         _ => answer,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text_plan(job: TextJob, body: &str) -> Plan {
+        Plan {
+            model: job.model.clone(),
+            body: Bytes::from(body.to_string()),
+            json: None,
+            rewrite: false,
+            form: None,
+            content_type: "application/json".into(),
+            charge: Charge::Text(job),
+        }
+    }
+
+    fn price(yaml: &str) -> Price {
+        Price::from_raw(&serde_yaml::from_str(yaml).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn search_units_are_one_exact_line_at_the_unit_price() {
+        let body = r#"{"model":"rerank-v3.5","query":"q","documents":["a","b","c"]}"#;
+        let job = text::check_rerank(&serde_json::from_str(body).unwrap()).unwrap();
+        let plan = text_plan(job, body);
+        // 0.002 USD a unit: 2,000 micro-USD, 2 × 10⁹ pico-USD.
+        let p = price("{per_search_unit: 0.002}");
+        // Three documents of up to ten chunks each: 30 chunks, one unit.
+        assert_eq!(worst_case(&p, &plan), Some(2_000));
+        let answer = br#"{"results": [], "meta": {"billed_units": {"search_units": 3}}}"#;
+        let (cost, bill) = actual(&p, &plan, answer, 2_000);
+        assert_eq!(cost, Cost::exact(Usage::default(), 6_000));
+        assert_eq!(
+            bill,
+            Bill::one(Line::new(Kind::SearchUnits, 3, 2_000_000_000))
+        );
+        // A price with no search unit and no token rate cannot bill a moderation.
+        let job = text::check_moderation(&serde_json::json!({"input": "x"})).unwrap();
+        assert_eq!(worst_case(&p, &text_plan(job, "{}")), None);
+    }
+
+    #[test]
+    fn an_estimate_is_marked_and_its_lines_match_it() {
+        let body = r#"{"input":"an image, an image, an image","model":"omni-moderation-latest"}"#;
+        let job = text::check_moderation(&serde_json::from_str(body).unwrap()).unwrap();
+        let plan = text_plan(job, body);
+        let p = price("{input: 100}");
+        // 73 bytes + 64 tokens at 100 micro-USD: the word `image` is not an image.
+        assert_eq!(worst_case(&p, &plan), Some(13_700));
+        let (cost, bill) = actual(&p, &plan, br#"{"results": []}"#, 13_700);
+        let seven = Usage {
+            input_tokens: 7,
+            ..Usage::default()
+        };
+        assert_eq!(cost, Cost::estimated(seven, 700));
+        assert_eq!(bill, Bill::one(Line::new(Kind::Input, 7, 100_000_000)));
+        assert_eq!(bill.micros(), cost.micros);
     }
 }

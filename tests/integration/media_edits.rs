@@ -260,3 +260,24 @@ async fn the_native_shape_goes_to_dashscope_and_answers_in_spec_4_7() {
     assert!(!text.contains("ds-node"), "{text}");
     assert_eq!(gw.used_micros(&id).await, 60_000);
 }
+
+// Row 5: a native edit's answer (spec 4.7: `data` items with `url`, `b64_json` and
+// `revised_prompt`, all strings). DashScope answers URLs and, for these models, no text:
+// the other two members are empty strings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_edit_answers_every_member_of_spec_4_7() {
+    let (_up, _ds, gw, key, _id) = setup().await;
+    let body = json!({"model": "qwen-image-edit", "input": {"messages": [{"role": "user", "content": [
+        {"image": "https://img.example/in.png"}, {"text": "make it blue"}]}]}});
+    let (s, _, text) = gw.post("/v1/images/edits", &key, &body).await;
+    assert_eq!(s, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let item = &v["data"][0];
+    assert_eq!(
+        item["url"], "https://dashscope-result.example/qwen-image-edit/0.png?Expires=1",
+        "{text}"
+    );
+    assert_eq!(item["b64_json"], "", "{text}");
+    assert_eq!(item["revised_prompt"], "", "{text}");
+    assert_eq!(item.as_object().unwrap().len(), 3, "{text}");
+}

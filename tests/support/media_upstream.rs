@@ -1,6 +1,14 @@
 //! An OpenAI-style upstream for the non-chat endpoints: images (generations, and edits as
 //! multipart), speech, transcription, translation, embeddings, rerank and moderation,
 //! with fixed, checkable answers.
+//!
+//! Rerank answers in two vendors' shapes, both at `POST /v1/rerank` with `{model, query,
+//! documents, top_n, return_documents}`: Jina AI's Reranker API (jina.ai/reranker,
+//! `usage.total_tokens`) by default, and Cohere's v1 rerank (docs.cohere.com/v1/reference/rerank:
+//! `{id, results: [{index, relevance_score, document?}], meta: {api_version: {version},
+//! billed_units: {search_units}}}`, no tokens) for the models in [`COHERE_RERANK`]. Cohere's
+//! pricing FAQ: "a single search unit is defined as one query with up to 100 documents to
+//! be ranked", so the mock bills `ceil(documents / 100)` (its documents are short: no chunks).
 #![allow(dead_code)]
 
 use crate::mock_upstream::{End, MockUpstream, Recorded, Reply};
@@ -11,6 +19,11 @@ use std::time::Duration;
 pub const AUDIO: &[u8] = b"ID3\x04\x00fake-mpeg-frames-0123456789-fake-mpeg-frames-9876543210";
 pub const EMBEDDING_TOKENS: u64 = 8;
 pub const RERANK_TOKENS: u64 = 30;
+/// Models answered in Cohere's rerank shape (search units, no tokens).
+pub const COHERE_RERANK: &[&str] = &["rerank-english-v3.0", "rerank-v3.5"];
+/// The embeddings model whose answers carry no `usage`: OpenAI's embedding list with the
+/// member left out, as OpenAI-compatible servers that count nothing send it.
+pub const EMBEDDINGS_WITHOUT_USAGE: &str = "embed-no-usage";
 /// Seconds the transcription answers report.
 pub const SECONDS: f64 = 90.0;
 
@@ -72,12 +85,13 @@ fn reply(r: &Recorded) -> Reply {
                     let data: Vec<Value> = (0..n)
                         .map(|i| json!({"object": "embedding", "index": i, "embedding": [0.1, -0.2, 0.3]}))
                         .collect();
-                    Reply::json(
-                        200,
-                        json!({"object": "list", "data": data, "model": b["model"],
-                               "usage": {"prompt_tokens": EMBEDDING_TOKENS, "total_tokens": EMBEDDING_TOKENS}}),
-                    )
+                    let mut v = json!({"object": "list", "data": data, "model": b["model"]});
+                    if b["model"] != EMBEDDINGS_WITHOUT_USAGE {
+                        v["usage"] = json!({"prompt_tokens": EMBEDDING_TOKENS, "total_tokens": EMBEDDING_TOKENS});
+                    }
+                    Reply::json(200, v)
                 }
+                "/v1/rerank" if COHERE_RERANK.iter().any(|m| b["model"] == *m) => cohere_rerank(&b),
                 "/v1/rerank" => Reply::json(
                     200,
                     json!({"id": "rr-1", "results": [{"index": 1, "relevance_score": 0.9, "document": {"text": "b"}},
@@ -93,6 +107,22 @@ fn reply(r: &Recorded) -> Reply {
             }
         }
     }
+}
+
+/// Cohere's v1 rerank answer (see the top of this file): every document scored, in
+/// descending order, and the search units billed.
+fn cohere_rerank(b: &Value) -> Reply {
+    let docs = b["documents"].as_array().map_or(0, Vec::len);
+    let top = b["top_n"].as_u64().map_or(docs, |n| (n as usize).min(docs));
+    let results: Vec<Value> = (0..top)
+        .map(|i| json!({"index": i, "relevance_score": 1.0 / (i as f64 + 2.0)}))
+        .collect();
+    Reply::json(
+        200,
+        json!({"id": "07734bd2-2473-4f07-94e1-0d9f0e6843cf", "results": results,
+               "meta": {"api_version": {"version": "1"},
+                        "billed_units": {"search_units": docs.div_ceil(100)}}}),
+    )
 }
 
 /// `POST /v1/images/edits` as the OpenAI API reference describes it ("Create image

@@ -3,7 +3,9 @@
 //! `POST /api/v1/services/aigc/multimodal-generation/generation`, `Authorization: Bearer`).
 //! The request is the 4.7 body itself, but the API writes sizes as `W*H` only. The answer
 //! is `{output: {choices: [{message: {content: [{image: URL}, ...]}}]}, usage: {width,
-//! height, image_count}, request_id}`, which becomes spec 4.7's `{created, data: [{url}]}`.
+//! height, image_count}, request_id}`, which becomes spec 4.7's `{created, data: [{url,
+//! b64_json, revised_prompt}]}`: every member a string, empty when DashScope gave none (it
+//! answers URLs; a choice's `text` parts, when it has any, are the prompt it drew from).
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -23,8 +25,9 @@ pub fn to_dashscope(body: &mut Value) {
     }
 }
 
-/// Spec 4.7's answer from DashScope's: one `data` item per image the choices hold.
-/// Anything else (not JSON, not that shape) is returned as it came.
+/// Spec 4.7's answer from DashScope's: one `data` item per image the choices hold, with
+/// its choice's text as `revised_prompt`. Anything else (not JSON, not that shape) is
+/// returned as it came.
 pub fn from_dashscope(answer: Bytes) -> Bytes {
     let Ok(v) = serde_json::from_slice::<Value>(&answer) else {
         return answer;
@@ -32,13 +35,20 @@ pub fn from_dashscope(answer: Bytes) -> Bytes {
     let Some(choices) = v["output"]["choices"].as_array() else {
         return answer;
     };
-    let data: Vec<Value> = choices
+    let mut data = Vec::new();
+    for content in choices
         .iter()
         .filter_map(|c| c["message"]["content"].as_array())
-        .flatten()
-        .filter_map(|part| part["image"].as_str())
-        .map(|url| json!({"url": url}))
-        .collect();
+    {
+        let revised: Vec<&str> = content.iter().filter_map(|p| p["text"].as_str()).collect();
+        let revised = revised.join("\n");
+        data.extend(
+            content
+                .iter()
+                .filter_map(|p| p["image"].as_str())
+                .map(|url| json!({"url": url, "b64_json": "", "revised_prompt": revised})),
+        );
+    }
     let out = json!({"created": crate::ids::now_secs(), "data": data});
     Bytes::from(serde_json::to_vec(&out).unwrap_or_default())
 }
@@ -76,7 +86,24 @@ mod tests {
                 .images,
             2
         );
+        assert_eq!(v["data"][0]["b64_json"], "");
+        assert_eq!(v["data"][0]["revised_prompt"], "");
         let other = Bytes::from_static(br#"{"created": 1, "data": []}"#);
         assert_eq!(from_dashscope(other.clone()), other);
+    }
+
+    #[test]
+    fn a_choice_s_text_is_the_revised_prompt_of_its_images() {
+        let answer = br#"{"output": {"choices": [
+            {"message": {"content": [{"text": "A blue cat on a red sofa."}, {"image": "https://r/a.png"}]}},
+            {"message": {"content": [{"image": "https://r/b.png"}]}}]}}"#;
+        let v: Value = serde_json::from_slice(&from_dashscope(Bytes::from_static(answer))).unwrap();
+        assert_eq!(
+            v["data"],
+            json!([
+                {"url": "https://r/a.png", "b64_json": "", "revised_prompt": "A blue cat on a red sofa."},
+                {"url": "https://r/b.png", "b64_json": "", "revised_prompt": ""},
+            ])
+        );
     }
 }
