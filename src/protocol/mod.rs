@@ -6,6 +6,7 @@
 //! and [`stream_translator`] (a state machine per stream, fed chunk by chunk).
 
 pub mod chat;
+mod cost;
 pub mod gemini;
 pub mod ir;
 pub mod messages;
