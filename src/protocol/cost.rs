@@ -4,7 +4,7 @@
 //! charge nothing is added, and a stream is byte for byte what it was.
 
 use super::shallow::Shallow;
-use super::{usd_json, StreamContext, Usage};
+use super::{usd_json, ChargeOf, StreamContext, Usage};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -14,7 +14,14 @@ pub(crate) const MEMBER: &str = "cost_usd";
 impl StreamContext {
     /// `cost_usd` for a usage report; `None` when the stream shows no cost.
     pub fn cost_of(&self, u: &Usage) -> Option<Value> {
-        self.charge.as_ref().map(|c| usd_json(c.of(u)))
+        self.charge.as_ref().map(|c| c.usd(u))
+    }
+}
+
+impl ChargeOf {
+    /// What a usage report is charged, as `cost_usd` shows it.
+    pub fn usd(&self, u: &Usage) -> Value {
+        usd_json(self.of(u))
     }
 }
 
@@ -35,8 +42,8 @@ pub(crate) fn add_raw(usage: &RawValue, cost: &Value) -> Option<String> {
 /// A charge that weighs every kind of usage differently (micro-USD per unit), so a cost
 /// shows which figures it was computed from.
 #[cfg(test)]
-pub(crate) fn test_charge() -> super::ChargeOf {
-    super::ChargeOf(std::sync::Arc::new(|u: &Usage| {
+pub(crate) fn test_charge() -> ChargeOf {
+    ChargeOf(std::sync::Arc::new(|u: &Usage| {
         let weighted = u.input_tokens * 3
             + u.cached_input_tokens
             + u.cache_creation_input_tokens * 5
@@ -55,7 +62,6 @@ pub(crate) fn test_charge() -> super::ChargeOf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::ChargeOf;
     use serde_json::json;
     use std::sync::Arc;
 

@@ -11,7 +11,7 @@
 use super::response::CallIds;
 use super::{error_event, stop_reason, write_event, WireUsage};
 use crate::protocol::ir::{Event, FinishReason, StreamEncoder};
-use crate::protocol::{cost, StreamContext, Usage};
+use crate::protocol::{cost, ChargeOf, StreamContext, Usage};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, VecDeque};
 
@@ -33,8 +33,8 @@ pub struct Encoder {
     finish: Option<FinishReason>,
     /// The latest usage report; `None` until the upstream reports.
     usage: Option<Usage>,
-    /// The stream's context, for the cost of its usage.
-    ctx: StreamContext,
+    /// Prices the usage for `cost_usd`, when the stream shows it.
+    charge: Option<ChargeOf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -78,7 +78,7 @@ impl Encoder {
             saw_tool_call: false,
             finish: None,
             usage: None,
-            ctx: ctx.clone(),
+            charge: ctx.charge.clone(),
         }
     }
 
@@ -355,7 +355,10 @@ impl StreamEncoder for Encoder {
         u.add_details(&mut wire);
         let mut wire = Value::Object(wire);
         // No cost for usage the upstream never reported: the bill is estimated then.
-        cost::add(&mut wire, self.usage.and_then(|u| self.ctx.cost_of(&u)));
+        cost::add(
+            &mut wire,
+            self.usage.and_then(|u| Some(self.charge.as_ref()?.usd(&u))),
+        );
         write_event(
             out,
             "message_delta",
