@@ -25,6 +25,12 @@ impl ChargeOf {
     }
 }
 
+/// `cost_usd` for the usage an upstream reported: `None` when the stream shows no cost,
+/// and when the upstream reported none (the bill is an estimate then, not shown here).
+pub(crate) fn of_reported(charge: Option<&ChargeOf>, usage: Option<&Usage>) -> Option<Value> {
+    Some(charge?.usd(usage?))
+}
+
 /// A usage object the gateway writes, with `cost` added when there is one.
 pub(crate) fn add(usage: &mut Value, cost: Option<Value>) {
     if let (Some(obj), Some(cost)) = (usage.as_object_mut(), cost) {

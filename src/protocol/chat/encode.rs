@@ -141,8 +141,8 @@ impl StreamEncoder for Encoder {
         self.chunk(choice, None, out);
         if self.ctx.client_wants_usage {
             let mut usage = usage_json(&self.usage.unwrap_or_default());
-            // No cost for usage the upstream never reported: the bill is estimated then.
-            cost::add(&mut usage, self.usage.and_then(|u| self.ctx.cost_of(&u)));
+            let cost = cost::of_reported(self.ctx.charge.as_ref(), self.usage.as_ref());
+            cost::add(&mut usage, cost);
             self.chunk(json!([]), Some(usage), out);
         }
         out.extend_from_slice(b"data: [DONE]\n\n");

@@ -58,7 +58,7 @@ impl Encoder {
         if end {
             if let Some(u) = &self.usage {
                 let mut m = usage_metadata(u);
-                cost::add(&mut m, self.charge.as_ref().map(|c| c.usd(u)));
+                cost::add(&mut m, cost::of_reported(self.charge.as_ref(), Some(u)));
                 v["usageMetadata"] = m;
             }
         }

@@ -354,11 +354,8 @@ impl StreamEncoder for Encoder {
         );
         u.add_details(&mut wire);
         let mut wire = Value::Object(wire);
-        // No cost for usage the upstream never reported: the bill is estimated then.
-        cost::add(
-            &mut wire,
-            self.usage.and_then(|u| Some(self.charge.as_ref()?.usd(&u))),
-        );
+        let cost = cost::of_reported(self.charge.as_ref(), self.usage.as_ref());
+        cost::add(&mut wire, cost);
         write_event(
             out,
             "message_delta",

@@ -134,9 +134,7 @@ impl Stream {
             sse::write_event(out, name.as_deref(), data.as_deref().unwrap_or(&ev.data));
         }
     }
-}
 
-impl Stream {
     /// A `message_delta` whose usage carries its cost: the totals merged so far (a delta
     /// may state only the output). Every other member is copied as it came; `None` (the
     /// event as it came) when the stream shows no cost or the event has no usage object.

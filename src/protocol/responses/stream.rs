@@ -454,11 +454,11 @@ impl StreamEncoder for Encoder {
         }
         let status = Status::of(self.finish.as_ref());
         let mut r = response_object(&self.meta(), &status, self.output(), Some(&self.usage));
-        // No cost for usage the upstream never reported: the bill is estimated then.
-        if self.reported {
-            let cost = self.charge.as_ref().map(|c| c.usd(&self.usage));
-            cost::add(&mut r["usage"], cost);
-        }
+        let reported = self.reported.then_some(&self.usage);
+        cost::add(
+            &mut r["usage"],
+            cost::of_reported(self.charge.as_ref(), reported),
+        );
         let kind = match status {
             Status::Incomplete(_) => "response.incomplete",
             _ => "response.completed",
