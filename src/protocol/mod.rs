@@ -6,6 +6,7 @@
 //! and [`stream_translator`] (a state machine per stream, fed chunk by chunk).
 
 pub mod chat;
+mod cost;
 pub mod gemini;
 pub mod ir;
 pub mod messages;
@@ -47,6 +48,8 @@ pub struct Usage {
     /// Output spent thinking (OpenAI `reasoning_tokens`, Gemini `thoughtsTokenCount`).
     pub reasoning_tokens: u64,
     /// Input and output that were audio (OpenAI `audio_tokens`, Gemini's `AUDIO` modality).
+    /// The input shares leave out what was read from a cache when the vendor says how
+    /// much of it was audio or image (Realtime, Gemini): a cached token is priced as one.
     pub audio_input_tokens: u64,
     pub audio_output_tokens: u64,
     /// Input and output that were images (gpt-image `image_tokens`).

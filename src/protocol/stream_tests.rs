@@ -1,6 +1,6 @@
 //! Every stream translator (each upstream protocol to each client protocol, translated
-//! or passed through) against upstream streams that break, and the output bytes each
-//! one counts.
+//! or passed through) against upstream streams that break, the output bytes each one
+//! counts, and the cost each one shows on its usage event.
 
 use super::sse::{Fault, MAX_EVENT_BYTES};
 use super::{stream_translator, Protocol, StreamContext};
@@ -361,5 +361,77 @@ fn a_fault_first_gives_the_same_client_stream_whole_or_in_pieces() {
             "{what}"
         );
         assert_eq!(tokens, 4, "{what}: the usage after the fault is billed");
+    }
+}
+
+/// The usage object of a client stream's usage event: chat's last chunk with usage,
+/// messages' `message_delta`, generate-content's last `usageMetadata`, the responses
+/// `response.completed`.
+fn usage_object(client: Protocol, evs: &[(String, String)]) -> Option<Value> {
+    evs.iter().rev().find_map(|(name, data)| {
+        let v: Value = serde_json::from_str(data).ok()?;
+        let u = match client {
+            Protocol::Chat => v.get("usage"),
+            Protocol::Messages if name == "message_delta" => v.get("usage"),
+            Protocol::Gemini => v.get("usageMetadata"),
+            Protocol::Responses if name == "response.completed" => v["response"].get("usage"),
+            _ => None,
+        };
+        u.filter(|u| u.is_object()).cloned()
+    })
+}
+
+/// With a charge, every stream's usage event carries the cost of the stream's final
+/// usage, whatever the pair and the reads; that member is the only difference from the
+/// stream without a charge.
+#[test]
+fn every_client_stream_shows_the_cost_of_its_final_usage_in_its_usage_event() {
+    let pieces = [Piece::Thinking("hm"), Piece::Text("Hi"), Piece::End];
+    for (up, client) in pairs() {
+        let input = stream_of(up, &pieces);
+        let run = |charge: bool, step: usize| {
+            let ctx = StreamContext {
+                charge: charge.then(super::cost::test_charge),
+                ..ctx()
+            };
+            let mut t = stream_translator(up, client, ctx);
+            let mut out = Vec::new();
+            for piece in input.chunks(step) {
+                t.feed(piece, &mut out);
+            }
+            t.finish(None, &mut out);
+            (out, t.usage())
+        };
+        let what = format!("{up:?} -> {client:?}");
+        let (out, usage) = run(true, input.len());
+        assert_eq!(usage.output_tokens, 4, "{what}");
+        let evs = client_events(&out);
+        let u = usage_object(client, &evs).unwrap_or_else(|| panic!("{what}: {evs:?}"));
+        let cost = super::usd_json(super::cost::test_charge().of(&usage));
+        assert_eq!(u["cost_usd"], cost, "{what}");
+        for step in [1, 9] {
+            assert_eq!(run(true, step).0, out, "{what}, step {step}");
+        }
+        let (plain, _) = run(false, input.len());
+        assert!(
+            !String::from_utf8_lossy(&plain).contains("cost_usd"),
+            "{what}"
+        );
+        let strip = |evs: Vec<(String, String)>| {
+            evs.into_iter()
+                .map(|(name, data)| {
+                    let v = serde_json::from_str::<Value>(&data).map(|mut v| {
+                        for path in ["/usage", "/usageMetadata", "/response/usage"] {
+                            if let Some(u) = v.pointer_mut(path).and_then(Value::as_object_mut) {
+                                u.shift_remove("cost_usd");
+                            }
+                        }
+                        v
+                    });
+                    (name, v.map_err(|_| data))
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(strip(evs), strip(client_events(&plain)), "{what}");
     }
 }

@@ -243,6 +243,13 @@ impl Meter {
 }
 
 /// Usage of a `response.done` server event; `None` for any other message.
+///
+/// OpenAI API reference, Realtime server events, `response.done`, `response.usage`:
+/// `input_tokens` counts every input token, of which `input_token_details` gives the
+/// cached, text, audio and image ones, and `cached_tokens_details` the modalities of the
+/// cached ones; `output_token_details` splits `output_tokens` into text and audio. The
+/// audio and image input shares are of the uncached input (a cached token is priced as
+/// cached, whatever its modality); text is the rest.
 pub fn response_done_usage(msg: &[u8]) -> Option<Usage> {
     #[derive(Deserialize)]
     struct Event {
@@ -263,12 +270,27 @@ pub fn response_done_usage(msg: &[u8]) -> Option<Usage> {
         #[serde(default)]
         output_tokens: u64,
         #[serde(default)]
-        input_token_details: Option<InputDetails>,
+        input_token_details: Option<Details>,
+        #[serde(default)]
+        output_token_details: Option<Details>,
     }
-    #[derive(Deserialize)]
-    struct InputDetails {
+    #[derive(Deserialize, Default)]
+    struct Details {
         #[serde(default)]
         cached_tokens: u64,
+        #[serde(default)]
+        audio_tokens: u64,
+        #[serde(default)]
+        image_tokens: u64,
+        #[serde(default)]
+        cached_tokens_details: Option<Cached>,
+    }
+    #[derive(Deserialize, Default)]
+    struct Cached {
+        #[serde(default)]
+        audio_tokens: u64,
+        #[serde(default)]
+        image_tokens: u64,
     }
     // Cheap test first: most messages are deltas, and base64 audio never contains a dot.
     memchr::memmem::find(msg, b"response.done")?;
@@ -277,10 +299,16 @@ pub fn response_done_usage(msg: &[u8]) -> Option<Usage> {
         return None;
     }
     let u = ev.response?.usage?;
+    let input = u.input_token_details.unwrap_or_default();
+    let cached = input.cached_tokens_details.unwrap_or_default();
+    let output = u.output_token_details.unwrap_or_default();
     Some(Usage {
         input_tokens: u.input_tokens,
         output_tokens: u.output_tokens,
-        cached_input_tokens: u.input_token_details.map_or(0, |d| d.cached_tokens),
+        cached_input_tokens: input.cached_tokens,
+        audio_input_tokens: input.audio_tokens.saturating_sub(cached.audio_tokens),
+        image_input_tokens: input.image_tokens.saturating_sub(cached.image_tokens),
+        audio_output_tokens: output.audio_tokens,
         ..Usage::default()
     })
 }

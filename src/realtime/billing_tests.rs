@@ -134,10 +134,22 @@ const DONE: &str = r#"{"type":"response.done","event_id":"event_3132","response"
 
 #[test]
 fn usage_from_a_realistic_response_done() {
-    assert_eq!(
-        response_done_usage(DONE.as_bytes()),
-        Some(usage(1127, 896, 148))
-    );
+    // 1008 audio tokens in, 768 of them cached; 112 of the output was audio.
+    let spoken = Usage {
+        audio_input_tokens: 1008 - 768,
+        audio_output_tokens: 112,
+        ..usage(1127, 896, 148)
+    };
+    assert_eq!(response_done_usage(DONE.as_bytes()), Some(spoken));
+    // An image in the conversation, part of it cached.
+    let seen = r#"{"type":"response.done","event_id":"event_9","response":{"object":"realtime.response","id":"resp_9","status":"completed","usage":{"total_tokens":2030,"input_tokens":1930,"output_tokens":100,"input_token_details":{"text_tokens":200,"audio_tokens":500,"image_tokens":1230,"cached_tokens":1100,"cached_tokens_details":{"text_tokens":100,"audio_tokens":0,"image_tokens":1000}},"output_token_details":{"text_tokens":40,"audio_tokens":60}}}}"#;
+    let want = Usage {
+        audio_input_tokens: 500,
+        image_input_tokens: 230,
+        audio_output_tokens: 60,
+        ..usage(1930, 1100, 100)
+    };
+    assert_eq!(response_done_usage(seen.as_bytes()), Some(want));
     let reordered = r#"{"event_id":"e1","response":{"usage":{"input_tokens":5,"output_tokens":2}},"type":"response.done"}"#;
     assert_eq!(
         response_done_usage(reordered.as_bytes()),

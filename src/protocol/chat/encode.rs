@@ -6,7 +6,7 @@
 use super::error_event;
 use super::response::{finish_reason_str, usage_json};
 use crate::protocol::ir::{self, Event, FinishReason, StreamEncoder};
-use crate::protocol::{StreamContext, Usage};
+use crate::protocol::{cost, StreamContext, Usage};
 use serde_json::{json, Map, Value};
 
 pub fn encoder(ctx: &StreamContext) -> Box<dyn StreamEncoder> {
@@ -16,7 +16,7 @@ pub fn encoder(ctx: &StreamContext) -> Box<dyn StreamEncoder> {
         started: false,
         tool_calls: false,
         finish: None,
-        usage: Usage::default(),
+        usage: None,
         finished: false,
     })
 }
@@ -30,8 +30,8 @@ struct Encoder {
     tool_calls: bool,
     /// Held until the end: chat reports it once, after all deltas.
     finish: Option<FinishReason>,
-    /// Held until the end: the usage chunk comes last.
-    usage: Usage,
+    /// Held until the end: the usage chunk comes last. `None` until the upstream reports.
+    usage: Option<Usage>,
     finished: bool,
 }
 
@@ -107,7 +107,7 @@ impl StreamEncoder for Encoder {
                 self.delta(one("tool_calls", call), out);
             }
             Event::Finish(reason) => self.finish = Some(reason.clone()),
-            Event::Usage(u) => self.usage = *u,
+            Event::Usage(u) => self.usage = Some(*u),
             // Signatures and redacted thinking have no chat field (chat clients cannot
             // send thinking back); errors end the stream through `finish`.
             _ => {}
@@ -140,7 +140,10 @@ impl StreamEncoder for Encoder {
         }]);
         self.chunk(choice, None, out);
         if self.ctx.client_wants_usage {
-            self.chunk(json!([]), Some(usage_json(&self.usage)), out);
+            let mut usage = usage_json(&self.usage.unwrap_or_default());
+            let cost = cost::of_reported(self.ctx.charge.as_ref(), self.usage.as_ref());
+            cost::add(&mut usage, cost);
+            self.chunk(json!([]), Some(usage), out);
         }
         out.extend_from_slice(b"data: [DONE]\n\n");
     }

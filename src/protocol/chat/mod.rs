@@ -17,6 +17,9 @@ mod response;
 mod testutil;
 mod to_ir;
 mod usage;
+#[cfg(test)]
+#[path = "usage_tests.rs"]
+mod usage_tests;
 
 pub use decode::decoder;
 pub use encode::encoder;
@@ -234,14 +237,21 @@ pub fn passthrough_request(mut body: Value, opts: &RequestOptions) -> UpstreamRe
     }
 }
 
+/// A chat `usage` object (OpenAI API reference, Chat Completions object, `usage`):
+/// `prompt_tokens_details.{cached_tokens, audio_tokens}` are shares of `prompt_tokens`,
+/// `completion_tokens_details.{reasoning_tokens, audio_tokens}` of `completion_tokens`.
+/// Chat has no cache-write count: writes stay inside `prompt_tokens`.
 pub fn usage_of(u: &Value) -> Usage {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let prompt = &u["prompt_tokens_details"];
+    let completion = &u["completion_tokens_details"];
     Usage {
         input_tokens: n(&u["prompt_tokens"]),
         output_tokens: n(&u["completion_tokens"]),
-        cached_input_tokens: n(&u["prompt_tokens_details"]["cached_tokens"]),
-        cache_creation_input_tokens: 0,
-        reasoning_tokens: n(&u["completion_tokens_details"]["reasoning_tokens"]),
+        cached_input_tokens: n(&prompt["cached_tokens"]),
+        audio_input_tokens: n(&prompt["audio_tokens"]),
+        reasoning_tokens: n(&completion["reasoning_tokens"]),
+        audio_output_tokens: n(&completion["audio_tokens"]),
         ..Usage::default()
     }
 }

@@ -1,12 +1,15 @@
 //! Chat client, chat upstream: the stream's events pass through with the client's model
 //! name; the usage-only chunk is dropped unless the client asked for it. Usage is read
-//! on the way, after a fault too, for the bill.
+//! on the way, after a fault too, for the bill; the usage the client sees carries its
+//! cost when the stream shows one.
 
 use super::delivered::choices_bytes;
 use super::{error_event, usage_raw};
 use crate::protocol::shallow::Shallow;
 use crate::protocol::sse::{Decoder, Event};
-use crate::protocol::{answer_shallow, StreamContext, StreamTranslator, TranslateError, Usage};
+use crate::protocol::{
+    answer_shallow, cost, StreamContext, StreamTranslator, TranslateError, Usage,
+};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -104,17 +107,27 @@ impl Passthrough {
             if usage_only && !self.ctx.client_wants_usage {
                 continue;
             }
-            let set: &[(&str, &str)] = if top.contains("model") {
-                &[("model", &self.model)]
-            } else {
-                &[]
-            };
+            let mut set: Vec<(&str, &str)> = Vec::with_capacity(2);
+            if top.contains("model") {
+                set.push(("model", &self.model));
+            }
             let drop: &[&str] = if self.ctx.client_wants_usage {
                 &[]
             } else {
                 &["usage"]
             };
-            let chunk = top.rewrite(set, drop, 0);
+            // The usage the client sees carries its cost (the figures of this chunk).
+            let priced = match usage {
+                Some(u) if self.ctx.client_wants_usage => self
+                    .ctx
+                    .cost_of(&self.usage)
+                    .and_then(|c| cost::add_raw(u, &c)),
+                _ => None,
+            };
+            if let Some(u) = &priced {
+                set.push(("usage", u));
+            }
+            let chunk = top.rewrite(&set, drop, 0);
             self.write(&chunk, out);
         }
     }

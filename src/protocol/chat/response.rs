@@ -33,14 +33,25 @@ pub(super) fn parse_finish(reason: &str) -> FinishReason {
 }
 
 /// The usage object of a completion and of the usage chunk. Cache writes have no chat
-/// field: they stay inside `prompt_tokens`, as chat counts them.
+/// field: they stay inside `prompt_tokens`, as chat counts them. The audio shares are
+/// written only when there are some (answers without audio keep their old shape).
 pub(super) fn usage_json(u: &Usage) -> Value {
+    let mut prompt = Map::new();
+    prompt.insert("cached_tokens".into(), u.cached_input_tokens.into());
+    if u.audio_input_tokens > 0 {
+        prompt.insert("audio_tokens".into(), u.audio_input_tokens.into());
+    }
+    let mut completion = Map::new();
+    completion.insert("reasoning_tokens".into(), u.reasoning_tokens.into());
+    if u.audio_output_tokens > 0 {
+        completion.insert("audio_tokens".into(), u.audio_output_tokens.into());
+    }
     json!({
         "prompt_tokens": u.input_tokens,
         "completion_tokens": u.output_tokens,
         "total_tokens": u.input_tokens + u.output_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens},
-        "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
+        "prompt_tokens_details": prompt,
+        "completion_tokens_details": completion,
     })
 }
 

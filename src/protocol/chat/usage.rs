@@ -1,6 +1,6 @@
 //! A chat answer's `usage` read straight from its raw text: the same figures as
 //! [`super::usage_of`] on the parsed value, without building that value (a map of owned
-//! strings, for five numbers). Every answer and the last event of every stream pass
+//! strings, for a handful of numbers). Every answer and the last event of every stream pass
 //! through here.
 
 use super::super::Usage;
@@ -59,62 +59,63 @@ impl<'de> Visitor<'de> for CountVisitor {
     }
 }
 
-/// One member of a details object (`cached_tokens` of `prompt_tokens_details`): 0 when
-/// the details are not an object or lack it.
-struct Detail<const WHICH: u8>(u64);
+/// The counts of a details object (`prompt_tokens_details`, `completion_tokens_details`)
+/// the gateway reads: zeros when the details are not an object or lack them.
+#[derive(Default)]
+struct Details {
+    cached: u64,
+    reasoning: u64,
+    audio: u64,
+}
 
-/// The member a [`Detail`] reads.
-const CACHED: u8 = 0;
-const REASONING: u8 = 1;
-
-impl<'de, const WHICH: u8> de::Deserialize<'de> for Detail<WHICH> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Detail<WHICH>, D::Error> {
-        struct V<const W: u8>;
-        impl<'de, const W: u8> Visitor<'de> for V<W> {
-            type Value = Detail<W>;
+impl<'de> de::Deserialize<'de> for Details {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Details, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Details;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("any JSON value")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Detail<W>, A::Error> {
-                let name = if W == CACHED {
-                    "cached_tokens"
-                } else {
-                    "reasoning_tokens"
-                };
-                let mut n = 0;
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Details, A::Error> {
+                let mut d = Details::default();
                 while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
-                    if k == name {
-                        n = m.next_value::<Count>()?.0;
-                    } else {
-                        m.next_value::<IgnoredAny>()?;
-                    }
+                    let field = match k.as_ref() {
+                        "cached_tokens" => &mut d.cached,
+                        "reasoning_tokens" => &mut d.reasoning,
+                        "audio_tokens" => &mut d.audio,
+                        _ => {
+                            m.next_value::<IgnoredAny>()?;
+                            continue;
+                        }
+                    };
+                    *field = m.next_value::<Count>()?.0;
                 }
-                Ok(Detail(n))
+                Ok(d)
             }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Detail<W>, E> {
-                Ok(Detail(0))
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Details, E> {
+                Ok(Details::default())
             }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Detail<W>, E> {
-                Ok(Detail(0))
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Details, E> {
+                Ok(Details::default())
             }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Detail<W>, E> {
-                Ok(Detail(0))
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Details, E> {
+                Ok(Details::default())
             }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Detail<W>, E> {
-                Ok(Detail(0))
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Details, E> {
+                Ok(Details::default())
             }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Detail<W>, E> {
-                Ok(Detail(0))
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Details, E> {
+                Ok(Details::default())
             }
-            fn visit_unit<E: de::Error>(self) -> Result<Detail<W>, E> {
-                Ok(Detail(0))
+            fn visit_unit<E: de::Error>(self) -> Result<Details, E> {
+                Ok(Details::default())
             }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Detail<W>, A::Error> {
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Details, A::Error> {
                 while s.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Detail(0))
+                Ok(Details::default())
             }
         }
-        d.deserialize_any(V::<WHICH>)
+        d.deserialize_any(V)
     }
 }
 
@@ -133,10 +134,14 @@ impl<'de> Visitor<'de> for Top {
                 "prompt_tokens" => u.input_tokens = m.next_value::<Count>()?.0,
                 "completion_tokens" => u.output_tokens = m.next_value::<Count>()?.0,
                 "prompt_tokens_details" => {
-                    u.cached_input_tokens = m.next_value::<Detail<CACHED>>()?.0
+                    let d = m.next_value::<Details>()?;
+                    u.cached_input_tokens = d.cached;
+                    u.audio_input_tokens = d.audio;
                 }
                 "completion_tokens_details" => {
-                    u.reasoning_tokens = m.next_value::<Detail<REASONING>>()?.0
+                    let d = m.next_value::<Details>()?;
+                    u.reasoning_tokens = d.reasoning;
+                    u.audio_output_tokens = d.audio;
                 }
                 _ => {
                     m.next_value::<IgnoredAny>()?;
@@ -166,6 +171,8 @@ mod tests {
             r#"{"prompt_tokens_details":{"cached_tokens":4,"cached_tokens":5},"prompt_tokens_details":{"other":1}}"#,
             r#"{"prompt\u005ftokens":11,"completion_tokens":18446744073709551615,"extra":{"deep":[[[]]]}}"#,
             r#"{"prompt_tokens":1e3,"completion_tokens":12,"prompt_tokens_details":{"cached_tokens":-3}}"#,
+            r#"{"prompt_tokens":90,"completion_tokens":40,"prompt_tokens_details":{"audio_tokens":30,"cached_tokens":8,"audio_tokens":31},"completion_tokens_details":{"audio_tokens":20,"reasoning_tokens":5,"accepted_prediction_tokens":2}}"#,
+            r#"{"prompt_tokens_details":{"audio_tokens":"3","reasoning_tokens":4},"completion_tokens_details":{"cached_tokens":6,"audio_tokens":null}}"#,
             r#"{}"#,
             r#"null"#,
             r#"[1,2]"#,
@@ -177,16 +184,17 @@ mod tests {
             let parsed: Value = serde_json::from_str(case).unwrap();
             assert_eq!(usage_raw(&raw), super::super::usage_of(&parsed), "{case}");
         }
-        let raw: Box<RawValue> = serde_json::from_str(cases[1]).unwrap();
+        let raw: Box<RawValue> = serde_json::from_str(cases[8]).unwrap();
         let u = usage_raw(&raw);
-        assert_eq!(
-            (
-                u.input_tokens,
-                u.output_tokens,
-                u.cached_input_tokens,
-                u.reasoning_tokens
-            ),
-            (7, 3, 2, 1)
-        );
+        let want = Usage {
+            input_tokens: 90,
+            output_tokens: 40,
+            cached_input_tokens: 8,
+            audio_input_tokens: 31,
+            reasoning_tokens: 5,
+            audio_output_tokens: 20,
+            ..Usage::default()
+        };
+        assert_eq!(u, want);
     }
 }

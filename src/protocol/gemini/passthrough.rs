@@ -1,8 +1,9 @@
 //! Generate-content client, generate-content upstream: the body goes through as it is
 //! (speech and image configurations included); only the model changes (in the path on
-//! the way up, `modelVersion` on the way down) and usage is read.
+//! the way up, `modelVersion` on the way down) and usage is read; each `usageMetadata`
+//! carries its cost when the stream shows one.
 
-use super::super::sse;
+use super::super::{cost, sse};
 use super::super::{RequestOptions, StreamContext, StreamTranslator, TranslateError};
 use super::super::{UpstreamRequest, Usage};
 use super::wire::{model_path, usage_of, ChunkWriter};
@@ -150,6 +151,11 @@ impl Passthrough {
                 || v["promptFeedback"]["blockReason"].is_string();
             self.done |= finished;
             self.delivered += content_bytes(&v);
+            if let Some(m) = v.get_mut("usageMetadata").filter(|m| m.is_object()) {
+                // Every chunk's usage shows the cost of its own figures: the last one,
+                // the final usage, the stream's cost.
+                cost::add(m, self.ctx.cost_of(&self.usage));
+            }
             if let Some(obj) = v.as_object_mut() {
                 if obj.contains_key("modelVersion") {
                     obj.insert(

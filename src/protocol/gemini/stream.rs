@@ -5,7 +5,7 @@ use super::super::ir::{
     decode_json, Event, FinishReason, StreamBroken, StreamDecoder, StreamEncoder,
 };
 use super::super::sse::{self, Fault};
-use super::super::{StreamContext, Usage};
+use super::super::{cost, ChargeOf, StreamContext, Usage};
 use super::response::{function_call_part, signature_of, tool_call};
 use super::wire::{
     client_signature, finish_from_wire, finish_to_wire, usage_metadata, usage_of, ChunkWriter,
@@ -20,6 +20,7 @@ pub fn encoder(ctx: &StreamContext) -> Box<dyn StreamEncoder> {
         calls: Vec::new(),
         finish: None,
         usage: None,
+        charge: ctx.charge.clone(),
     })
 }
 
@@ -42,6 +43,8 @@ struct Encoder {
     /// Held for the last chunk, which carries both (as the API's does).
     finish: Option<FinishReason>,
     usage: Option<Usage>,
+    /// Prices the usage for `cost_usd`, when the stream shows it.
+    charge: Option<ChargeOf>,
 }
 
 impl Encoder {
@@ -54,7 +57,9 @@ impl Encoder {
         let mut v = json!({"candidates": [candidate]});
         if end {
             if let Some(u) = &self.usage {
-                v["usageMetadata"] = usage_metadata(u);
+                let mut m = usage_metadata(u);
+                cost::add(&mut m, cost::of_reported(self.charge.as_ref(), Some(u)));
+                v["usageMetadata"] = m;
             }
         }
         v["modelVersion"] = self.model.as_str().into();

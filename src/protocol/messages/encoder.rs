@@ -11,8 +11,8 @@
 use super::response::CallIds;
 use super::{error_event, stop_reason, write_event, WireUsage};
 use crate::protocol::ir::{Event, FinishReason, StreamEncoder};
-use crate::protocol::{StreamContext, Usage};
-use serde_json::{json, Value};
+use crate::protocol::{cost, ChargeOf, StreamContext, Usage};
+use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, VecDeque};
 
 pub struct Encoder {
@@ -31,7 +31,10 @@ pub struct Encoder {
     early: BTreeMap<usize, String>,
     saw_tool_call: bool,
     finish: Option<FinishReason>,
-    usage: Usage,
+    /// The latest usage report; `None` until the upstream reports.
+    usage: Option<Usage>,
+    /// Prices the usage for `cost_usd`, when the stream shows it.
+    charge: Option<ChargeOf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -74,7 +77,8 @@ impl Encoder {
             early: BTreeMap::new(),
             saw_tool_call: false,
             finish: None,
-            usage: Usage::default(),
+            usage: None,
+            charge: ctx.charge.clone(),
         }
     }
 
@@ -318,7 +322,7 @@ impl StreamEncoder for Encoder {
                 signature,
             } => self.tool_start(*index, id, name, signature.as_deref(), out),
             Event::ToolCallArgs { index, fragment } => self.tool_args(*index, fragment, out),
-            Event::Usage(u) => self.usage = *u,
+            Event::Usage(u) => self.usage = Some(*u),
             Event::Finish(f) => self.finish = Some(f.clone()),
             // The translator ends the stream through `finish(Some(..))`.
             Event::Error | Event::Broken(_) => {}
@@ -338,19 +342,27 @@ impl StreamEncoder for Encoder {
         }
         self.close_all(out);
         let (reason, sequence) = stop_reason(self.finish.as_ref(), self.saw_tool_call);
-        let u = WireUsage::from_usage(&self.usage);
+        let usage = self.usage.unwrap_or_default();
+        let u = WireUsage::from_usage(&usage);
+        let mut wire = Map::new();
+        wire.insert("input_tokens".into(), u.input.into());
+        wire.insert("output_tokens".into(), u.output.into());
+        wire.insert("cache_read_input_tokens".into(), u.cache_read.into());
+        wire.insert(
+            "cache_creation_input_tokens".into(),
+            u.cache_creation.into(),
+        );
+        u.add_details(&mut wire);
+        let mut wire = Value::Object(wire);
+        let cost = cost::of_reported(self.charge.as_ref(), self.usage.as_ref());
+        cost::add(&mut wire, cost);
         write_event(
             out,
             "message_delta",
             &json!({
                 "type": "message_delta",
                 "delta": {"stop_reason": reason, "stop_sequence": sequence},
-                "usage": {
-                    "input_tokens": u.input,
-                    "output_tokens": u.output,
-                    "cache_read_input_tokens": u.cache_read,
-                    "cache_creation_input_tokens": u.cache_creation,
-                },
+                "usage": wire,
             }),
         );
         write_event(out, "message_stop", &json!({"type": "message_stop"}));

@@ -16,6 +16,9 @@ mod validate;
 
 #[cfg(test)]
 mod test_support;
+#[cfg(test)]
+#[path = "usage_tests.rs"]
+mod usage_tests;
 
 use super::ir::{self, FinishReason, StreamDecoder, StreamEncoder};
 use super::{
@@ -104,14 +107,27 @@ pub fn passthrough_stream(ctx: StreamContext) -> Box<dyn StreamTranslator> {
 
 use super::invalid;
 
-/// Usage as the messages protocol counts it: `input_tokens` EXCLUDES cache reads and
-/// cache writes, unlike [`Usage::input_tokens`] which counts every prompt token.
+/// Usage as the messages protocol counts it (Anthropic API reference, Messages,
+/// `usage`): `input_tokens` EXCLUDES cache reads and cache writes, unlike
+/// [`Usage::input_tokens`] which counts every prompt token. `cache_creation` breaks the
+/// writes down by lifetime (`ephemeral_5m_input_tokens`, `ephemeral_1h_input_tokens`);
+/// `server_tool_use.web_search_requests` counts the searches the server ran.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct WireUsage {
     input: u64,
     cache_read: u64,
     cache_creation: u64,
+    /// The writes by lifetime, once the upstream broke them down: their sum is then the
+    /// write total.
+    by_lifetime: Option<Lifetimes>,
     output: u64,
+    web_searches: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Lifetimes {
+    five_minutes: u64,
+    one_hour: u64,
 }
 
 impl WireUsage {
@@ -119,15 +135,25 @@ impl WireUsage {
     /// `message_start` the input figures, `message_delta` the cumulative output (and,
     /// from newer upstreams, final input figures too).
     fn merge(&mut self, u: &Value) {
-        let set = |field: &mut u64, key: &str| {
-            if let Some(n) = u.get(key).and_then(Value::as_u64) {
+        let set = |field: &mut u64, v: &Value, key: &str| {
+            if let Some(n) = v.get(key).and_then(Value::as_u64) {
                 *field = n;
             }
         };
-        set(&mut self.input, "input_tokens");
-        set(&mut self.cache_read, "cache_read_input_tokens");
-        set(&mut self.cache_creation, "cache_creation_input_tokens");
-        set(&mut self.output, "output_tokens");
+        set(&mut self.input, u, "input_tokens");
+        set(&mut self.cache_read, u, "cache_read_input_tokens");
+        set(&mut self.cache_creation, u, "cache_creation_input_tokens");
+        set(&mut self.output, u, "output_tokens");
+        if let Some(c) = u.get("cache_creation").filter(|c| c.is_object()) {
+            let l = self.by_lifetime.get_or_insert_with(Lifetimes::default);
+            set(&mut l.five_minutes, c, "ephemeral_5m_input_tokens");
+            set(&mut l.one_hour, c, "ephemeral_1h_input_tokens");
+        }
+        set(
+            &mut self.web_searches,
+            &u["server_tool_use"],
+            "web_search_requests",
+        );
     }
 
     fn of(u: &Value) -> WireUsage {
@@ -137,6 +163,7 @@ impl WireUsage {
     }
 
     fn from_usage(u: &Usage) -> WireUsage {
+        let one_hour = u.cache_write_1h_tokens.min(u.cache_creation_input_tokens);
         WireUsage {
             input: u
                 .input_tokens
@@ -144,22 +171,59 @@ impl WireUsage {
                 .saturating_sub(u.cache_creation_input_tokens),
             cache_read: u.cached_input_tokens,
             cache_creation: u.cache_creation_input_tokens,
+            by_lifetime: Some(Lifetimes {
+                five_minutes: u.cache_creation_input_tokens - one_hour,
+                one_hour,
+            }),
             output: u.output_tokens,
+            web_searches: u.web_search_requests,
         }
     }
 
+    /// The cache writes: the sum by lifetime when the upstream broke them down.
+    fn written(&self) -> u64 {
+        self.by_lifetime.map_or(self.cache_creation, |l| {
+            l.five_minutes.saturating_add(l.one_hour)
+        })
+    }
+
     fn to_usage(self) -> Usage {
+        let written = self.written();
         Usage {
             input_tokens: self
                 .input
                 .saturating_add(self.cache_read)
-                .saturating_add(self.cache_creation),
+                .saturating_add(written),
             output_tokens: self.output,
             cached_input_tokens: self.cache_read,
-            cache_creation_input_tokens: self.cache_creation,
+            cache_creation_input_tokens: written,
+            cache_write_1h_tokens: self.by_lifetime.map_or(0, |l| l.one_hour),
             // The messages protocol does not report the thinking share separately.
             reasoning_tokens: 0,
+            web_search_requests: self.web_searches,
             ..Usage::default()
+        }
+    }
+
+    /// The members of a usage object the gateway writes beyond the four counts, each
+    /// only when it has something to say (answers without them keep their old shape):
+    /// the writes by lifetime when some are kept an hour (otherwise all are 5-minute
+    /// ones, the API's default), and the web searches when there were some.
+    fn add_details(&self, usage: &mut serde_json::Map<String, Value>) {
+        if let Some(l) = self.by_lifetime.filter(|l| l.one_hour > 0) {
+            usage.insert(
+                "cache_creation".into(),
+                json!({
+                    "ephemeral_5m_input_tokens": l.five_minutes,
+                    "ephemeral_1h_input_tokens": l.one_hour,
+                }),
+            );
+        }
+        if self.web_searches > 0 {
+            usage.insert(
+                "server_tool_use".into(),
+                json!({"web_search_requests": self.web_searches}),
+            );
         }
     }
 }

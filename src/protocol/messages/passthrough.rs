@@ -1,9 +1,10 @@
 //! Messages client to messages upstream: bodies and events pass through as they came
-//! (unknown fields and event types included), with only the model name rewritten and
-//! usage read on the way.
+//! (unknown fields and event types included), with only the model name rewritten,
+//! usage read on the way, and its cost added to the `message_delta` usage when the
+//! stream shows one.
 
 use super::{error_event, WireUsage, PATH};
-use crate::protocol::sse;
+use crate::protocol::{cost, sse};
 use crate::protocol::{
     RequestOptions, StreamContext, StreamTranslator, TranslateError, UpstreamRequest, Usage,
 };
@@ -114,6 +115,7 @@ impl Stream {
                 (Some("content_block_start" | "content_block_delta"), Some(v)) => {
                     self.delivered += content_bytes(v);
                 }
+                (Some("message_delta"), Some(_)) => data = self.priced(&ev.data),
                 (Some("message_stop"), _) => self.done = true,
                 (Some("error"), Some(v)) => {
                     // Spec 7.2: the upstream's own text stays here; its error type (which
@@ -131,6 +133,16 @@ impl Stream {
             }
             sse::write_event(out, name.as_deref(), data.as_deref().unwrap_or(&ev.data));
         }
+    }
+
+    /// A `message_delta` whose usage carries its cost: the totals merged so far (a delta
+    /// may state only the output). Every other member is copied as it came; `None` (the
+    /// event as it came) when the stream shows no cost or the event has no usage object.
+    fn priced(&self, data: &str) -> Option<String> {
+        let cost = self.ctx.cost_of(&self.usage.to_usage())?;
+        let top = crate::protocol::answer_shallow(data.as_bytes()).ok()?;
+        let usage = cost::add_raw(top.get("usage")?, &cost)?;
+        String::from_utf8(top.write(&[("usage", &usage)], 0)).ok()
     }
 }
 

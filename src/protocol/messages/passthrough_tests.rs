@@ -61,6 +61,7 @@ fn the_response_shows_the_client_model_and_reports_usage() {
             cached_input_tokens: 16,
             cache_creation_input_tokens: 4,
             reasoning_tokens: 0,
+            web_search_requests: 1,
             ..Usage::default()
         }
     );

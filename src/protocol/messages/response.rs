@@ -37,6 +37,15 @@ pub fn render(resp: &ir::Response, ctx: &ResponseContext) -> Vec<u8> {
     let has_calls = resp.content.iter().any(|p| matches!(p, Part::ToolCall(_)));
     let (reason, sequence) = stop_reason(resp.finish.as_ref(), has_calls);
     let u = WireUsage::from_usage(&resp.usage);
+    let mut usage = serde_json::Map::new();
+    usage.insert("input_tokens".into(), u.input.into());
+    usage.insert("output_tokens".into(), u.output.into());
+    usage.insert(
+        "cache_creation_input_tokens".into(),
+        u.cache_creation.into(),
+    );
+    usage.insert("cache_read_input_tokens".into(), u.cache_read.into());
+    u.add_details(&mut usage);
     let body = json!({
         "id": format!("msg_{}", ctx.request_id),
         "type": "message",
@@ -45,12 +54,7 @@ pub fn render(resp: &ir::Response, ctx: &ResponseContext) -> Vec<u8> {
         "content": content,
         "stop_reason": reason,
         "stop_sequence": sequence,
-        "usage": {
-            "input_tokens": u.input,
-            "output_tokens": u.output,
-            "cache_creation_input_tokens": u.cache_creation,
-            "cache_read_input_tokens": u.cache_read,
-        },
+        "usage": usage,
     });
     serde_json::to_vec(&body).unwrap_or_default()
 }

@@ -1,8 +1,10 @@
 //! Responses client → a channel that serves the Responses API natively: the body goes as
 //! it came (unknown fields, built-in tools and `previous_response_id` included), only the
-//! model name is swapped on the way up and back, and usage is read for billing.
+//! model name is swapped on the way up and back, and usage is read for billing (and
+//! shown with its cost on the final response when the stream shows one).
 
 use super::stream::error_event_at;
+use crate::protocol::cost;
 use crate::protocol::sse::{self, Decoder};
 use crate::protocol::{
     RequestOptions, StreamContext, StreamTranslator, TranslateError, UpstreamRequest, Usage,
@@ -21,8 +23,10 @@ pub fn passthrough_request(body: Value, opts: &RequestOptions) -> UpstreamReques
     }
 }
 
-/// Usage of a response object: the Responses API names (`input_tokens` includes cached
-/// tokens), or spec 2.6's chat-style names when that is what the upstream sent.
+/// Usage of a response object: the Responses API names (OpenAI API reference, the
+/// response object, `usage`: `input_tokens` includes `input_tokens_details.cached_tokens`,
+/// `output_tokens` includes `output_tokens_details.reasoning_tokens`), or spec 2.6's
+/// chat-style names when that is what the upstream sent.
 pub(super) fn usage_of(u: &Value) -> Usage {
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     if u.get("input_tokens").is_some() || u.get("output_tokens").is_some() {
@@ -137,6 +141,16 @@ impl Passthrough {
                 // Usage counts for the bill even after the client's stream ended.
                 if let Some(u) = v["response"].get("usage").filter(|u| u.is_object()) {
                     self.usage = usage_of(u);
+                }
+            }
+            // The final response's usage carries its cost (not a failure's: what a
+            // broken answer is billed, the relay decides).
+            if matches!(
+                kind.as_deref(),
+                Some("response.completed" | "response.incomplete")
+            ) {
+                if let Some(u) = v["response"].get_mut("usage").filter(|u| u.is_object()) {
+                    cost::add(u, self.ctx.cost_of(&self.usage));
                 }
             }
             if self.ended {

@@ -142,8 +142,18 @@ fn output_text(output: &[Value]) -> Option<String> {
 }
 
 /// Spec 2.6 names and the Responses API names, both: clients of either find theirs.
+/// The chat-style details split the tokens by kind (text is what is neither audio, image
+/// nor reasoning).
 pub(super) fn usage_json(u: &Usage) -> Value {
-    let text_out = u.output_tokens.saturating_sub(u.reasoning_tokens);
+    let text_in = u
+        .input_tokens
+        .saturating_sub(u.audio_input_tokens)
+        .saturating_sub(u.image_input_tokens);
+    let text_out = u
+        .output_tokens
+        .saturating_sub(u.reasoning_tokens)
+        .saturating_sub(u.audio_output_tokens)
+        .saturating_sub(u.image_output_tokens);
     json!({
         "input_tokens": u.input_tokens,
         "output_tokens": u.output_tokens,
@@ -154,13 +164,13 @@ pub(super) fn usage_json(u: &Usage) -> Value {
         "completion_tokens": u.output_tokens,
         "prompt_tokens_details": {
             "cached_tokens": u.cached_input_tokens,
-            "text_tokens": u.input_tokens,
-            "audio_tokens": 0,
-            "image_tokens": 0,
+            "text_tokens": text_in,
+            "audio_tokens": u.audio_input_tokens,
+            "image_tokens": u.image_input_tokens,
         },
         "completion_tokens_details": {
             "text_tokens": text_out,
-            "audio_tokens": 0,
+            "audio_tokens": u.audio_output_tokens,
             "reasoning_tokens": u.reasoning_tokens,
         },
     })

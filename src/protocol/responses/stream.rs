@@ -8,7 +8,7 @@ use super::response::{
     redacted_encrypted, response_object, summary_part, Meta, Status,
 };
 use crate::protocol::ir::{Event, FinishReason, StreamEncoder};
-use crate::protocol::{StreamContext, Usage};
+use crate::protocol::{cost, ChargeOf, StreamContext, Usage};
 use serde_json::{json, Map, Value};
 
 pub fn encoder(ctx: &StreamContext) -> Box<dyn StreamEncoder> {
@@ -24,6 +24,8 @@ pub fn encoder(ctx: &StreamContext) -> Box<dyn StreamEncoder> {
         open_reasoning: None,
         calls: Vec::new(),
         usage: Usage::default(),
+        reported: false,
+        charge: ctx.charge.clone(),
         finish: None,
     })
 }
@@ -76,6 +78,10 @@ struct Encoder {
     /// (tool call index, output index) of every call started.
     calls: Vec<(usize, usize)>,
     usage: Usage,
+    /// Whether the upstream reported usage.
+    reported: bool,
+    /// Prices the usage for `cost_usd` on the final response, when the stream shows it.
+    charge: Option<ChargeOf>,
     finish: Option<FinishReason>,
 }
 
@@ -412,7 +418,10 @@ impl StreamEncoder for Encoder {
             Event::ToolCallArgs { index, fragment } if !fragment.is_empty() => {
                 self.tool_call_args(*index, fragment, out)
             }
-            Event::Usage(u) => self.usage = *u,
+            Event::Usage(u) => {
+                self.usage = *u;
+                self.reported = true;
+            }
             Event::Finish(r) => self.finish = Some(r.clone()),
             // The stream translator turns an upstream error into `finish(Some(..))`.
             _ => {}
@@ -444,7 +453,12 @@ impl StreamEncoder for Encoder {
             self.close(n, out);
         }
         let status = Status::of(self.finish.as_ref());
-        let r = response_object(&self.meta(), &status, self.output(), Some(&self.usage));
+        let mut r = response_object(&self.meta(), &status, self.output(), Some(&self.usage));
+        let reported = self.reported.then_some(&self.usage);
+        cost::add(
+            &mut r["usage"],
+            cost::of_reported(self.charge.as_ref(), reported),
+        );
         let kind = match status {
             Status::Incomplete(_) => "response.incomplete",
             _ => "response.completed",

@@ -5,6 +5,7 @@ mod passthrough;
 mod response;
 mod stream;
 mod upstream_request;
+mod usage;
 
 use super::super::{RequestOptions, ResponseContext, StreamContext};
 

@@ -4,6 +4,7 @@ mod passthrough;
 mod request;
 mod response;
 mod stream;
+mod usage;
 mod validate;
 
 use crate::protocol::{ResponseContext, StreamContext};
