@@ -110,12 +110,19 @@ impl Row {
 
     /// Provider minus ledger, in micro-USD; `None` when the provider's cost is unknown.
     pub fn diff_micros(&self) -> Option<Micros> {
-        Some(self.provider.cost_micros? - self.ledger.cost_micros.unwrap_or(0))
+        Some(
+            self.provider
+                .cost_micros?
+                .saturating_sub(self.ledger.cost_micros.unwrap_or(0)),
+        )
     }
 
     /// A counted row whose difference is larger than `max` (or cannot be known).
     pub fn past(&self, max: Micros) -> bool {
-        self.counted() && self.diff_micros().is_none_or(|d| d.abs() > max)
+        self.counted()
+            && self
+                .diff_micros()
+                .is_none_or(|d| d.unsigned_abs() > max.unsigned_abs())
     }
 }
 

@@ -25,9 +25,15 @@ const QUOTED: usize = 300;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// A page of a usage report: where the next one is, if there is one.
+/// A page of a usage report: whether more follow, and the cursor of the next.
 pub trait Paged: DeserializeOwned {
-    fn next_page(&self) -> Option<&str>;
+    fn has_more(&self) -> bool;
+    fn cursor(&self) -> Option<&str>;
+
+    /// The next page's cursor, if there is a next page.
+    fn next_page(&self) -> Option<&str> {
+        self.cursor().filter(|_| self.has_more())
+    }
 }
 
 /// A header of the API request; `secret` values are the admin key.
@@ -51,9 +57,18 @@ pub async fn all_pages<P: Paged>(
         let u = url(cursor.as_deref())?;
         let body = get(&connector, &u, headers, key).await?;
         let page: P = parse_json(&body, &format!("the answer of {}", shown(&u)))?;
+        let more = page.has_more();
         let next = page.next_page().map(str::to_string);
         pages.push(page);
-        let Some(next) = next else { break };
+        let Some(next) = next else {
+            if more {
+                return Err(ReconcileError::Pagination {
+                    url: shown(&u),
+                    message: "the page says more follow but gives no next_page".into(),
+                });
+            }
+            break;
+        };
         if !seen.insert(next.clone()) {
             return Err(ReconcileError::Pagination {
                 url: shown(&u),

@@ -27,8 +27,12 @@ pub struct Page {
 }
 
 impl Paged for Page {
-    fn next_page(&self) -> Option<&str> {
-        self.next_page.as_deref().filter(|_| self.has_more)
+    fn has_more(&self) -> bool {
+        self.has_more
+    }
+
+    fn cursor(&self) -> Option<&str> {
+        self.next_page.as_deref()
     }
 }
 

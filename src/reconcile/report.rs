@@ -70,7 +70,7 @@ impl Report {
         let add = |s: &mut Side, r: &Side| {
             s.tokens.add(&r.tokens);
             s.requests = match (s.requests, r.requests) {
-                (Some(a), Some(b)) => Some(a + b),
+                (Some(a), Some(b)) => Some(a.saturating_add(b)),
                 _ => None,
             };
             if let (Some(a), Some(b)) = (s.cost_micros, r.cost_micros) {
@@ -114,7 +114,7 @@ impl Report {
                     .map(|k| signed(p.tokens.get(*k) as i128 - l.tokens.get(*k) as i128)),
             );
             v.push(match (l.cost_micros, p.cost_micros) {
-                (Some(a), Some(b)) => usd(b - a, true),
+                (Some(a), Some(b)) => usd(b.saturating_sub(a), true),
                 _ => "?".into(),
             });
             v.push(mark.to_string());
@@ -240,7 +240,7 @@ impl Report {
                 })
                 .collect();
             let cost = match (l.cost_micros, p.cost_micros) {
-                (Some(a), Some(b)) => Some(b - a),
+                (Some(a), Some(b)) => Some(b.saturating_sub(a)),
                 _ => None,
             };
             json!({
