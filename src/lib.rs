@@ -26,6 +26,7 @@ pub mod observe;
 pub mod protocol;
 pub mod proxy;
 pub mod realtime;
+pub mod reconcile;
 pub mod redact;
 pub mod relay;
 pub mod request;

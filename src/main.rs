@@ -1,5 +1,5 @@
 //! The `model-gateway` command: run the gateway, check a configuration, manage keys and
-//! groups.
+//! groups, reconcile the ledger with a provider's usage report.
 
 use clap::{Args, Parser, Subcommand};
 use model_gateway::api::groups::{self, GroupInput};
@@ -9,6 +9,7 @@ use model_gateway::billing::Calendar;
 use model_gateway::config::{Config, LogFormat};
 use model_gateway::errors::GatewayError;
 use model_gateway::gateway::open_store;
+use model_gateway::reconcile::{self, ReconcileError};
 use model_gateway::store::Store;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -52,6 +53,54 @@ enum Command {
         #[command(subcommand)]
         action: GroupsAction,
     },
+    /// Compare the ledger with a provider's own usage report, by UTC day and model; exits
+    /// 1 when a cost difference passes --max-diff-usd, 2 on errors.
+    Reconcile(Box<ReconcileArgs>),
+}
+
+#[derive(Args)]
+struct ReconcileArgs {
+    #[command(flatten)]
+    cfg: ConfigArg,
+    /// Whose usage report: `openai` (admin key in OPENAI_ADMIN_KEY) or `anthropic`
+    /// (ANTHROPIC_ADMIN_KEY).
+    #[arg(long, value_parser = ["openai", "anthropic"])]
+    provider: String,
+    /// First UTC day, YYYY-MM-DD.
+    #[arg(long)]
+    from: String,
+    /// Last UTC day, YYYY-MM-DD (included).
+    #[arg(long)]
+    to: String,
+    /// A channel to reconcile (repeatable); default: every channel of the provider's
+    /// protocol.
+    #[arg(long = "channel", value_name = "NAME")]
+    channels: Vec<String>,
+    /// Read the report from a saved answer of the API (one page or an array of pages)
+    /// instead of asking the API.
+    #[arg(long, value_name = "F")]
+    file: Option<PathBuf>,
+    /// The usage API's base URL; default: the vendor's API host.
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// Largest cost difference in USD a row may have before the run fails.
+    #[arg(long, default_value = "0.01", value_name = "USD")]
+    max_diff_usd: String,
+    /// Take the report's model REPORTED as the upstream model UPSTREAM (repeatable).
+    #[arg(long = "alias", value_name = "REPORTED=UPSTREAM")]
+    aliases: Vec<String>,
+    /// Only the usage of this upstream API key id (repeatable).
+    #[arg(long = "api-key-id", value_name = "ID")]
+    api_key_ids: Vec<String>,
+    /// OpenAI: only the usage of this project id (repeatable).
+    #[arg(long = "project", value_name = "ID")]
+    projects: Vec<String>,
+    /// Anthropic: only the usage of this workspace id (repeatable).
+    #[arg(long = "workspace", value_name = "ID")]
+    workspaces: Vec<String>,
+    /// Print the rows as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -379,6 +428,52 @@ fn groups_command(action: GroupsAction) -> Result<(), String> {
     })
 }
 
+impl ReconcileArgs {
+    fn options(&self) -> Result<reconcile::Options, ReconcileError> {
+        let provider =
+            reconcile::Provider::parse(&self.provider).ok_or_else(|| ReconcileError::Argument {
+                flag: "--provider",
+                message: format!("`{}` is not openai or anthropic", self.provider),
+            })?;
+        Ok(reconcile::Options {
+            provider,
+            range: reconcile::Range::parse(&self.from, &self.to)?,
+            channels: self.channels.clone(),
+            source: reconcile::Source::choose(
+                provider,
+                self.file.clone(),
+                self.base_url.clone(),
+                std::env::var(provider.admin_key_var()).ok(),
+            )?,
+            filter: reconcile::ReportFilter {
+                api_key_ids: self.api_key_ids.clone(),
+                projects: self.projects.clone(),
+                workspaces: self.workspaces.clone(),
+            },
+            aliases: reconcile::parse_aliases(&self.aliases)?,
+            max_diff: reconcile::parse_max_diff(&self.max_diff_usd)?,
+        })
+    }
+}
+
+/// `Ok(true)` when every difference is within the threshold.
+fn reconcile_command(args: &ReconcileArgs) -> Result<bool, String> {
+    let opts = args.options().map_err(|e| reconcile::chain(&e))?;
+    let cfg = load(&args.cfg)?;
+    let report = runtime()?.block_on(async {
+        let store = cli_store(&cfg).await?;
+        reconcile::run(&cfg, store.as_ref(), &opts)
+            .await
+            .map_err(|e| reconcile::chain(&e))
+    })?;
+    if args.json {
+        println!("{}", pretty(&report.json()));
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(report.past() == 0)
+}
+
 /// The log goes to stderr, as text or as one JSON object per line (`log.format`).
 /// `RUST_LOG` filters it; the access log's target is `access`.
 fn init_log(format: LogFormat) {
@@ -415,6 +510,18 @@ fn main() -> ExitCode {
         Command::Groups { action } => {
             init_log(LogFormat::Text);
             groups_command(action)
+        }
+        Command::Reconcile(args) => {
+            init_log(LogFormat::Text);
+            // 0 within the threshold, 1 past it, 2 when the sides could not be compared.
+            return match reconcile_command(&args) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::from(1),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            };
         }
     };
     match result {

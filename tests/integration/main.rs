@@ -29,6 +29,8 @@ mod process;
 mod providers;
 #[path = "../support/redis.rs"]
 mod redis_server;
+#[path = "../support/usage_apis.rs"]
+mod usage_apis;
 #[path = "../support/video_upstream.rs"]
 mod video_upstream;
 #[path = "../support/volcengine.rs"]
@@ -57,6 +59,7 @@ mod pricing;
 mod protocols;
 mod quota;
 mod realtime;
+mod reconcile;
 mod redis_policy;
 mod sdk;
 mod stores;
