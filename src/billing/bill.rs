@@ -113,6 +113,23 @@ mod tests {
     }
 
     #[test]
+    fn offered_web_searches_are_reserved() {
+        let p = Price::from_raw(&RawPrice {
+            input: Some(1.0),
+            output: Some(1.0),
+            per_web_search: Some(0.01),
+            ..RawPrice::default()
+        })
+        .unwrap();
+        let with =
+            br#"{"tools":[{"type":"web_search_20250305","name":"web_search","max_uses": 3}]}"#;
+        assert_eq!(p.web_search_bound(with), 30_000);
+        let without_max = br#"{"tools":[{"type":"web_search_20250305","name":"web_search"}]}"#;
+        assert_eq!(p.web_search_bound(without_max), 100_000);
+        assert_eq!(p.web_search_bound(br#"{"messages":[]}"#), 0);
+    }
+
+    #[test]
     fn a_long_prompt_takes_its_tier_for_input_and_output() {
         let raw: RawPrice = serde_yaml::from_str(
             "{input: 1.25, output: 10, cached_input: 0.125, tiers: [{above_input_tokens: 200000, input: 2.5, output: 15, cached_input: 0.25}]}",

@@ -389,6 +389,20 @@ impl Price {
         self.input_cost_bound(super::input_token_bound(body))
     }
 
+    /// Upper bound of what the server-side web searches a request offers can cost: its
+    /// `max_uses` (Anthropic's web search tool), or [`DEFAULT_WEB_SEARCHES`] when it sets
+    /// none; nothing when the request offers no web search or searches are not priced.
+    pub fn web_search_bound(&self, body: &[u8]) -> Micros {
+        if self.per_web_search_pico == 0 {
+            return 0;
+        }
+        let Some(at) = memchr::memmem::find(body, b"\"web_search") else {
+            return 0;
+        };
+        let searches = max_uses(&body[at..]).unwrap_or(DEFAULT_WEB_SEARCHES);
+        pico_to_micros(searches as u128 * self.per_web_search_pico as u128)
+    }
+
     /// Upper bound of the cost of `n` output tokens (of any kind).
     pub fn output_cost(&self, n: u64) -> Micros {
         pico_to_micros(n as u128 * self.output_worst_pico() as u128)
@@ -403,6 +417,22 @@ impl Price {
         let pico = budget.max(0) as u128 * 1_000_000;
         (pico / rate as u128).min(u64::MAX as u128) as u64
     }
+}
+
+/// Web searches reserved for a request that offers the tool without `max_uses`.
+pub const DEFAULT_WEB_SEARCHES: u64 = 10;
+
+/// The `max_uses` number that follows in a web search tool's definition.
+fn max_uses(tool: &[u8]) -> Option<u64> {
+    let at = memchr::memmem::find(tool, b"\"max_uses\"")? + b"\"max_uses\"".len();
+    let rest = &tool[at..];
+    let digits: Vec<u8> = rest
+        .iter()
+        .skip_while(|b| b.is_ascii_whitespace() || **b == b':')
+        .take_while(|b| b.is_ascii_digit())
+        .copied()
+        .collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
 }
 
 pub(super) fn pico_to_micros(pico: u128) -> Micros {

@@ -128,7 +128,7 @@ mod tests {
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "No such file"),
         };
         assert_eq!(chain(&e), "cannot read /nope/report.json: No such file");
-        let e = ReconcileError::Store(StoreError::Unavailable("down".into()));
+        let e = ReconcileError::Store(StoreError::unavailable("down"));
         assert_eq!(
             chain(&e),
             "cannot read the usage records: store unavailable: down"

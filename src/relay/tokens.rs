@@ -122,7 +122,9 @@ impl<'a> TokenRequest<'a> {
             stream,
             client_sse,
             raw,
-            input: price.input_bound(raw),
+            input: price
+                .input_bound(raw)
+                .saturating_add(price.web_search_bound(raw)),
             choices: output_limit::choices(route.protocol, &sizing),
             cap: output_tokens,
             output_tokens,

@@ -40,8 +40,10 @@ prices:
 /// 300 audio in at 40, 300 plain output at 10, 400 reasoning at 12, 200 audio out at 80.
 const OPENAI_MICROS: i64 = 3_000 + 625 + 12_000 + 3_000 + 4_800 + 16_000;
 /// Anthropic: 1,000 input at 3, 2,000 cache reads at 0.3, 500 5-minute writes at 3.75,
-/// 1,000 1-hour writes at 6, 700 output at 15, 3 searches at 0.01 USD.
-const ANTHROPIC_MICROS: i64 = 3_000 + 600 + 1_875 + 6_000 + 10_500 + 30_000;
+/// 1,000 1-hour writes at 6, 700 output at 15 (and 3 searches at 0.01 USD when the
+/// request offered the web search tool).
+const ANTHROPIC_MICROS: i64 = 3_000 + 600 + 1_875 + 6_000 + 10_500;
+const SEARCHES_MICROS: i64 = 30_000;
 /// Gemini, 1,000-token prompt: 500 plain at 1.25, 500 cached at 0.125 (62.5), 3,000
 /// output (1,000 candidates and 2,000 thoughts) at 10; 30,687.5 rounded up.
 const GEMINI_SHORT_MICROS: i64 = 30_688;
@@ -75,15 +77,20 @@ async fn send(
                 .bearer_auth(key)
                 .json(&b)
         }
-        Client::Messages => gw
-            .http
-            .post(gw.url("/v1/messages"))
-            .header("x-api-key", key)
-            .header("anthropic-version", "2023-06-01")
-            .json(
-                &json!({"model": model, "max_tokens": 1000, "stream": stream,
-                          "messages": [{"role": "user", "content": text}]}),
-            ),
+        Client::Messages => {
+            let mut b = json!({"model": model, "max_tokens": 1000, "stream": stream,
+                               "messages": [{"role": "user", "content": text}]});
+            if model == "claude-x" {
+                // Anthropic's web search server tool, at most 5 searches.
+                b["tools"] = json!([{"type": "web_search_20250305", "name": "web_search",
+                                     "max_uses": 5}]);
+            }
+            gw.http
+                .post(gw.url("/v1/messages"))
+                .header("x-api-key", key)
+                .header("anthropic-version", "2023-06-01")
+                .json(&b)
+        }
         Client::Gemini => {
             let path = if stream {
                 format!("/v1beta/models/{model}:streamGenerateContent?alt=sse")
@@ -175,10 +182,17 @@ async fn every_usage_detail_is_priced_at_its_own_rate_and_the_answer_says_what_i
     let gw = TestGateway::start(&config(&up.base_url()), StoreKind::Embedded).await;
     let (key, id) = gw.create_key(json!({"name": "t"})).await;
     let long = "x".repeat(260_000);
+    // A prompt of 4,500 tokens comes in a body at least that long.
+    let prompt = "y".repeat(5_000);
     let cases = [
         (Client::Chat, "gpt-audio", "hi", OPENAI_MICROS),
-        (Client::Messages, "claude-x", "hi", ANTHROPIC_MICROS),
-        (Client::Chat, "claude-x", "hi", ANTHROPIC_MICROS),
+        (
+            Client::Messages,
+            "claude-x",
+            prompt.as_str(),
+            ANTHROPIC_MICROS + SEARCHES_MICROS,
+        ),
+        (Client::Chat, "claude-x", prompt.as_str(), ANTHROPIC_MICROS),
         (Client::Gemini, "gemini-x", "hi", GEMINI_SHORT_MICROS),
         (
             Client::Gemini,
@@ -201,7 +215,8 @@ async fn every_usage_detail_is_priced_at_its_own_rate_and_the_answer_says_what_i
         assert_eq!(
             h.get("x-gateway-cost-usd").and_then(|v| v.to_str().ok()),
             Some(usd(micros).as_str()),
-            "{model}"
+            "{model}: {body} {}",
+            last_record(&gw, &key).await
         );
         assert!(h.get("x-gateway-cost-estimated").is_none());
         let rec = last_record(&gw, &key).await;
@@ -243,7 +258,15 @@ async fn records_list_each_kind_with_its_units_and_rate() {
     assert_eq!(l["output"], (300, pico(10.0)));
     assert_eq!(l["reasoning"], (400, pico(12.0)));
     assert_eq!(l["audio_output"], (200, pico(80.0)));
-    send(&gw, &key, Client::Messages, "claude-x", false, "hi").await;
+    send(
+        &gw,
+        &key,
+        Client::Messages,
+        "claude-x",
+        false,
+        &"y".repeat(5_000),
+    )
+    .await;
     let l = lines(&last_record(&gw, &key).await);
     assert_eq!(l["input"], (1000, pico(3.0)));
     assert_eq!(l["cached_input"], (2000, pico(0.3)));

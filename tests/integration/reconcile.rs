@@ -223,9 +223,10 @@ async fn anthropic_upstream() -> MockUpstream {
             json!({"id": "msg_up", "type": "message", "role": "assistant", "model": model,
                 "content": [{"type": "text", "text": "Hello."}], "stop_reason": "end_turn",
                 "stop_sequence": null,
+                // An answer without the `cache_creation` breakdown (as before the 1-hour
+                // cache existed): its writes are billed at the 5-minute rate.
                 "usage": {"input_tokens": 8, "cache_read_input_tokens": 2,
                     "cache_creation_input_tokens": 100,
-                    "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 100},
                     "output_tokens": 5, "service_tier": "standard"}}),
         )
     })

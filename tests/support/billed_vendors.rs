@@ -29,15 +29,15 @@ pub fn openai_usage() -> Value {
 }
 
 /// Anthropic usage with every detail (cumulative, as `message_delta` and whole answers
-/// report it).
-pub fn anthropic_usage() -> Value {
+/// report it); `searches`: the web searches run (3 when the request offered the tool).
+pub fn anthropic_usage(searches: u64) -> Value {
     json!({
         "input_tokens": 1000,
         "cache_read_input_tokens": 2000,
         "cache_creation_input_tokens": 1500,
         "cache_creation": {"ephemeral_5m_input_tokens": 500, "ephemeral_1h_input_tokens": 1000},
         "output_tokens": 700,
-        "server_tool_use": {"web_search_requests": 3},
+        "server_tool_use": {"web_search_requests": searches},
         "service_tier": "standard"
     })
 }
@@ -128,6 +128,10 @@ fn named(events: Vec<(&str, Value)>) -> Reply {
 
 fn anthropic(body: &Value, stream: bool) -> Reply {
     let model = body["model"].as_str().unwrap_or("").to_string();
+    let offered = body["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["name"] == "web_search"));
+    let searches = if offered { 3 } else { 0 };
     if !stream {
         return Reply::json(
             200,
@@ -135,11 +139,11 @@ fn anthropic(body: &Value, stream: bool) -> Reply {
                 "id": "msg_1", "type": "message", "role": "assistant", "model": model,
                 "content": [{"type": "text", "text": "Hi"}],
                 "stop_reason": "end_turn", "stop_sequence": null,
-                "usage": anthropic_usage()
+                "usage": anthropic_usage(searches)
             }),
         );
     }
-    let mut start_usage = anthropic_usage();
+    let mut start_usage = anthropic_usage(searches);
     start_usage["output_tokens"] = json!(1);
     start_usage["server_tool_use"] = json!({"web_search_requests": 0});
     named(vec![
@@ -164,7 +168,7 @@ fn anthropic(body: &Value, stream: bool) -> Reply {
         (
             "message_delta",
             json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-                   "usage": anthropic_usage()}),
+                   "usage": anthropic_usage(searches)}),
         ),
         ("message_stop", json!({"type": "message_stop"})),
     ])
