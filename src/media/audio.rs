@@ -217,9 +217,16 @@ pub fn token_usage(answer: &[u8]) -> Option<Usage> {
     if input.is_none() && output.is_none() {
         return None;
     }
+    // OpenAI API reference, "The transcription object": `input_token_details.
+    // {text_tokens, audio_tokens}` splits the input.
+    let audio = usage
+        .get("input_token_details")
+        .and_then(|d| d.get("audio_tokens"))
+        .and_then(Value::as_u64);
     Some(Usage {
         input_tokens: input.unwrap_or(0),
         output_tokens: output.unwrap_or(0),
+        audio_input_tokens: audio.unwrap_or(0),
         ..Usage::default()
     })
 }

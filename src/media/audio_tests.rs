@@ -443,6 +443,7 @@ fn token_usage_of_token_priced_models() {
         Some(Usage {
             input_tokens: 14,
             output_tokens: 45,
+            audio_input_tokens: 14,
             ..Usage::default()
         })
     );

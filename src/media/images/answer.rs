@@ -37,8 +37,11 @@ pub fn delivered(answer: &[u8]) -> Option<Delivered> {
 }
 
 /// Spec 4.6 `usage`: `input_tokens` (text and image input, cached included),
-/// `output_tokens`, `input_tokens_details.cached_tokens`. A usage object without token
-/// counts (some native answers report only an image count) is no token usage.
+/// `output_tokens`, `input_tokens_details.{cached_tokens, image_tokens}` (OpenAI API
+/// reference, "The image generation response", `usage`). Image models generate image
+/// tokens: the output is image output unless `output_tokens_details` splits it. A usage
+/// object without token counts (some native answers report only an image count) is no
+/// token usage.
 fn usage(u: &Value) -> Option<Usage> {
     let count = |v: Option<&Value>| v.and_then(Value::as_u64);
     let input = count(u.get("input_tokens"));
@@ -46,14 +49,14 @@ fn usage(u: &Value) -> Option<Usage> {
     if input.is_none() && output.is_none() {
         return None;
     }
-    let cached = count(
-        u.get("input_tokens_details")
-            .and_then(|d| d.get("cached_tokens")),
-    );
+    let detail = |of: &str, name: &str| count(u.get(of).and_then(|d| d.get(name)));
+    let output = output.unwrap_or(0);
     Some(Usage {
         input_tokens: input.unwrap_or(0),
-        output_tokens: output.unwrap_or(0),
-        cached_input_tokens: cached.unwrap_or(0),
+        output_tokens: output,
+        cached_input_tokens: detail("input_tokens_details", "cached_tokens").unwrap_or(0),
+        image_input_tokens: detail("input_tokens_details", "image_tokens").unwrap_or(0),
+        image_output_tokens: detail("output_tokens_details", "image_tokens").unwrap_or(output),
         ..Usage::default()
     })
 }
@@ -125,6 +128,7 @@ mod tests {
                     input_tokens: 50,
                     output_tokens: 12288,
                     cached_input_tokens: 10,
+                    image_output_tokens: 12288,
                     ..Usage::default()
                 }),
             })
@@ -144,6 +148,24 @@ mod tests {
                 usage.cached_input_tokens
             ),
             (7, 4160, 0)
+        );
+    }
+
+    #[test]
+    fn image_input_and_split_output_are_their_own_kinds() {
+        let answer = br#"{"created":1,"data":[{"b64_json":"AAAA"}],
+            "usage":{"input_tokens":300,"input_tokens_details":{"text_tokens":40,"image_tokens":260},
+                     "output_tokens":1100,"output_tokens_details":{"text_tokens":100,"image_tokens":1000},
+                     "total_tokens":1400}}"#;
+        let u = delivered(answer).unwrap().usage.unwrap();
+        assert_eq!(
+            (
+                u.input_tokens,
+                u.image_input_tokens,
+                u.output_tokens,
+                u.image_output_tokens
+            ),
+            (300, 260, 1100, 1000)
         );
     }
 
