@@ -168,17 +168,17 @@ async fn dispatch(
         Route::LogToken => local::serve_log(gw, &key, query).await,
         Route::Relay(r) => {
             ctx.record_mut().endpoint = path.to_string();
-            Box::pin(relay::handle(gw, session, ctx, r)).await
+            Box::pin(relay::handle(gw, session, ctx, &key, r)).await
         }
         Route::Media(m) => {
             ctx.record_mut().endpoint = path.to_string();
-            Box::pin(relay::media::handle(gw, session, ctx, m)).await
+            Box::pin(relay::media::handle(gw, session, ctx, &key, m)).await
         }
         Route::Realtime => {
             ctx.record_mut().endpoint = path.to_string();
             Box::pin(realtime::relay(gw, session, ctx, &key, query)).await
         }
-        Route::Video(v) => Box::pin(video::service::handle(gw, session, ctx, v, query)).await,
+        Route::Video(v) => Box::pin(video::service::handle(gw, session, ctx, &key, v, query)).await,
         Route::NotFound | Route::MethodNotAllowed | Route::NotImplemented => {
             Err(GatewayError::Internal)
         }

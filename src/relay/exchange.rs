@@ -64,18 +64,18 @@ pub async fn hold(
     Err(ReserveDenied::Stale.into())
 }
 
-/// Runs one metered exchange for the authenticated caller in `ctx`.
+/// Runs one metered exchange for `key`, the authenticated caller.
 pub async fn run<R: Request>(
     gw: &Gateway,
     ctx: &mut Ctx,
+    key: &AuthKey,
     client_headers: &http::HeaderMap,
     candidates: &[Arc<Channel>],
     mut request: R,
 ) -> Result<Answer, GatewayError> {
-    let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
     let reserving = Instant::now();
     let ttl = gw.config.limits.reservation_ttl_secs;
-    let held = hold(gw, &key, &ctx.request_id, request.bounds(), ttl).await;
+    let held = hold(gw, key, &ctx.request_id, request.bounds(), ttl).await;
     if let Some(s) = ctx.obs.span("store.reserve", reserving, Instant::now()) {
         s.error(held.is_err());
     }

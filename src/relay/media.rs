@@ -7,6 +7,7 @@
 use super::body;
 use super::exchange;
 use super::meter::{Account, Bounds, Call, Cost, Delivery, Meter, Request};
+use crate::auth::AuthKey;
 use crate::billing::{Bill, Kind, Line, Price};
 use crate::channels::Channel;
 use crate::errors::GatewayError;
@@ -277,9 +278,9 @@ pub async fn handle(
     gw: &Gateway,
     session: &mut Session,
     ctx: &mut Ctx,
+    key: &AuthKey,
     media: &Media,
 ) -> Result<Answer, GatewayError> {
-    let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
     let raw = body::read(session, &gw.config.limits).await?;
     let content_type = session
         .get_header(http::header::CONTENT_TYPE)
@@ -316,7 +317,7 @@ pub async fn handle(
         api: Api::OpenAi,
     };
     let headers = session.req_header().headers.clone();
-    exchange::run(gw, ctx, &headers, &candidates, request).await
+    exchange::run(gw, ctx, key, &headers, &candidates, request).await
 }
 
 /// A media request on its way upstream. Its worst case is held whole: unlike a chat

@@ -17,6 +17,7 @@ pub mod tokens;
 mod unmeasured;
 pub(crate) mod upstream;
 
+use crate::auth::AuthKey;
 use crate::errors::GatewayError;
 use crate::gateway::Gateway;
 use crate::protocol::Protocol;
@@ -33,9 +34,9 @@ pub async fn handle(
     gw: &Gateway,
     session: &mut Session,
     ctx: &mut Ctx,
+    key: &AuthKey,
     route: &Relay,
 ) -> Result<Answer, GatewayError> {
-    let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
     if route.protocol == Protocol::Messages && messages_version(session).is_none() {
         // spec 4.17, 9: the messages protocol requires its version header.
         return Err(GatewayError::bad_request(
@@ -87,7 +88,7 @@ pub async fn handle(
     let request =
         TokenRequest::new(route, asked, &raw, parsed, price).with_channel_prices(gw.config.clone());
     let headers = session.req_header().headers.clone();
-    exchange::run(gw, ctx, &headers, &candidates, request).await
+    exchange::run(gw, ctx, key, &headers, &candidates, request).await
 }
 
 /// The messages protocol's version header, under its neutral or its real name.

@@ -230,18 +230,36 @@ pub struct UsageRecord {
     pub group: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+/// A store failure: what failed (its `Display`), and the error beneath it (its
+/// `source()`), each said once.
+#[derive(Debug, Clone, PartialEq)]
 pub enum StoreError {
     /// The backing service cannot be reached right now (Redis down, connection lost).
     /// The request fails with 503; the store reconnects by itself.
-    #[error("store unavailable: {0}")]
-    Unavailable(#[source] Cause),
+    Unavailable(Cause),
     /// A record with the same id already exists.
-    #[error("store conflict: {0}")]
-    Conflict(#[source] Cause),
+    Conflict(Cause),
     /// Anything else: corrupt data, disk errors. The request fails with 500.
-    #[error("store error: {0}")]
-    Internal(#[source] Cause),
+    Internal(Cause),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Unavailable(c) => write!(f, "store unavailable: {c}"),
+            StoreError::Conflict(c) => write!(f, "store conflict: {c}"),
+            StoreError::Internal(c) => write!(f, "store error: {c}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        let (StoreError::Unavailable(c) | StoreError::Conflict(c) | StoreError::Internal(c)) = self;
+        c.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
 }
 
 impl StoreError {
@@ -301,14 +319,6 @@ impl fmt::Display for Cause {
     }
 }
 
-impl std::error::Error for Cause {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.source
-            .as_deref()
-            .map(|e| e as &(dyn std::error::Error + 'static))
-    }
-}
-
 /// Equal when they say the same, cause included (tests compare errors).
 impl PartialEq for Cause {
     fn eq(&self, other: &Cause) -> bool {
@@ -319,7 +329,8 @@ impl PartialEq for Cause {
 }
 
 /// An error and each of its causes, `: `-separated: what a log line of a failure shows
-/// (a cause whose text the line already ends with is not repeated).
+/// (a cause whose text the line already ends with, as a wrapper that prints its source
+/// does, is not repeated).
 pub fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut next = e.source();
@@ -484,7 +495,7 @@ mod error_tests {
     fn a_store_error_keeps_its_cause_for_the_log() {
         let bad_json = serde_json::from_str::<u32>("x").unwrap_err();
         let e = StoreError::internal_from("usage record r1", bad_json);
-        let source = std::error::Error::source(&e).and_then(|c| c.source());
+        let source = std::error::Error::source(&e);
         assert!(source.is_some(), "the JSON error is kept as the cause");
         assert_eq!(
             chain(&e),

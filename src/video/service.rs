@@ -37,22 +37,22 @@ pub async fn handle(
     gw: &Gateway,
     session: &mut Session,
     ctx: &mut Ctx,
+    key: &AuthKey,
     route: &VideoRoute,
     query: Option<&str>,
 ) -> Result<Answer, GatewayError> {
-    let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
     match route {
-        VideoRoute::Submit(shape) => submit(gw, session, ctx, &key, *shape).await,
+        VideoRoute::Submit(shape) => submit(gw, session, ctx, key, *shape).await,
         VideoRoute::Status(shape, id) => {
-            let t = current(gw, &key, id).await?;
+            let t = current(gw, key, id).await?;
             let body = match shape {
                 Shape::Videos => render::job_record(&t),
                 _ => render::status_record(&t, &content_url(gw, session, &t.id)),
             };
             Ok(Answer::json(200, body.to_string().into_bytes()))
         }
-        VideoRoute::Content(id) => content(gw, ctx, &key, id, query).await,
-        VideoRoute::VideoB => video_b(gw, session, ctx, &key, query).await,
+        VideoRoute::Content(id) => content(gw, ctx, key, id, query).await,
+        VideoRoute::VideoB => video_b(gw, session, ctx, key, query).await,
     }
 }
 
