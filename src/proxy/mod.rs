@@ -6,8 +6,11 @@
 //!    answer locally ([`crate::api::local`]), relay a body-routed request
 //!    ([`crate::relay`], [`crate::relay::media`]), a WebSocket ([`crate::realtime`]) or a
 //!    video task ([`crate::video`]):
-//!    each ends the request here ([`Phase::Responded`]).
-//! 3. `upstream_peer`: never reached (no route continues to Pingora's proxy path).
+//!    each ends the request here (`request_filter` answers `true`).
+//! 3. `upstream_peer`: never reached. Every route is answered from `request_filter`,
+//!    because the route of an LLM request depends on its body, and a body read there is
+//!    not re-sent by Pingora's proxy path beyond its 64 KiB retry buffer: the relay sends
+//!    it upstream itself, with Pingora's connector (README, "Architecture").
 //! 4. `fail_to_proxy`: a Pingora-level failure, rendered in the spec's envelope.
 //! 5. `logging`: appends the usage record of an authenticated request, unless the relay
 //!    already wrote it together with the request's settlement; then the request's
@@ -30,15 +33,6 @@ use async_trait::async_trait;
 use pingora::prelude::*;
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use std::sync::Arc;
-
-/// What `request_filter` did with the request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// A complete response was sent.
-    Responded,
-    /// Continue to `upstream_peer` (passthrough routes).
-    Continue,
-}
 
 pub struct GatewayProxy {
     live: Arc<Live>,
@@ -64,9 +58,12 @@ impl ProxyHttp for GatewayProxy {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> Result<bool> {
         let gw = self.live.current();
-        Ok(handle(&gw, session, ctx).await == Phase::Responded)
+        handle(&gw, session, ctx).await;
+        // Answered: Pingora's proxy path is not taken (see `upstream_peer`).
+        Ok(true)
     }
 
+    /// Never reached: every request is answered in `request_filter` (phase 3 above).
     async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut Ctx) -> Result<Box<HttpPeer>> {
         Error::e_explain(ErrorType::InternalError, "no passthrough route")
     }
@@ -99,7 +96,8 @@ impl ProxyHttp for GatewayProxy {
     }
 }
 
-async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx) -> Phase {
+/// Routes, authenticates, and answers the request, whichever way it goes.
+async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx) {
     let req = session.req_header();
     let path = req.uri.path().to_string();
     let query = req.uri.query().map(str::to_string);
@@ -113,7 +111,6 @@ async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx) -> Phase {
         Ok(answer) => answer.send(gw, session, ctx).await,
         Err(e) => respond_error(session, ctx, &e).await,
     }
-    Phase::Responded
 }
 
 /// The routes whose futures are large (relay, media and realtime: 13 to 16 KiB; video)
