@@ -5,20 +5,9 @@ use crate::auth::Accepts;
 use crate::errors::ErrorShape;
 use crate::media::Media;
 use crate::protocol::Protocol;
+pub use crate::relay::Relay;
 use crate::video::VideoRoute;
 use http::Method;
-
-/// A relayed endpoint: the client's protocol, and where the model name comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Relay {
-    pub protocol: Protocol,
-    /// Generate-content paths carry the model in the path.
-    pub path_model: Option<String>,
-    /// `:streamGenerateContent`: streaming is chosen by the path.
-    pub path_stream: bool,
-    /// `/v1/responses/compact` (spec 4.5).
-    pub compact: bool,
-}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
@@ -188,9 +177,103 @@ fn not_implemented(method: &Method, p: &str) -> Route {
     }
 }
 
+impl Route {
+    /// The metrics' `route` label: one name per endpoint (not the raw path, which carries
+    /// model names and task ids); each is in the observer's table of routes.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Route::Relay(r) => match r.protocol {
+                Protocol::Chat => "chat_completions",
+                Protocol::Messages => "messages",
+                Protocol::Gemini => "generate_content",
+                Protocol::Responses if r.compact => "responses_compact",
+                Protocol::Responses => "responses",
+            },
+            Route::Media(m) => match m {
+                Media::ImageGeneration => "images_generations",
+                Media::ImageEdit => "images_edits",
+                Media::Speech => "audio_speech",
+                Media::Transcription => "audio_transcriptions",
+                Media::Translation => "audio_translations",
+                Media::Embeddings(_) => "embeddings",
+                Media::Rerank => "rerank",
+                Media::Moderation => "moderations",
+            },
+            Route::Realtime => "realtime",
+            Route::Video(_) => "video",
+            Route::Models | Route::GeminiModels | Route::GeminiModel(_) => "models",
+            Route::UsageToken => "usage",
+            Route::LogToken => "log",
+            Route::NotImplemented => "not_implemented",
+            Route::MethodNotAllowed => "method_not_allowed",
+            Route::NotFound => "not_found",
+        }
+    }
+
+    /// The metrics' `protocol` label: the client's protocol for relayed requests, else
+    /// the error envelope family the path belongs to.
+    pub fn protocol_label(&self, shape: ErrorShape) -> &'static str {
+        match self {
+            Route::Relay(r) => match r.protocol {
+                Protocol::Chat => "chat",
+                Protocol::Messages => "messages",
+                Protocol::Gemini => "generate-content",
+                Protocol::Responses => "responses",
+            },
+            _ => match shape {
+                ErrorShape::Default => "default",
+                ErrorShape::Messages => "messages",
+                ErrorShape::Gemini => "generate-content",
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_route_has_a_label_in_the_metrics_table() {
+        let label = |m: Method, p: &str| route(&m, p).label();
+        assert_eq!(
+            label(Method::POST, "/v1/chat/completions"),
+            "chat_completions"
+        );
+        assert_eq!(
+            label(Method::POST, "/v1/responses/compact"),
+            "responses_compact"
+        );
+        assert_eq!(label(Method::GET, "/v1beta/models/x"), "models");
+        assert_eq!(label(Method::GET, "/nope"), "not_found");
+        assert_eq!(label(Method::POST, "/v1/videos"), "video");
+        for (m, p) in [
+            (Method::POST, "/v1/chat/completions"),
+            (Method::POST, "/v1/messages"),
+            (Method::POST, "/v1beta/models/g:generateContent"),
+            (Method::POST, "/v1/responses"),
+            (Method::POST, "/v1/responses/compact"),
+            (Method::POST, "/v1/images/generations"),
+            (Method::POST, "/v1/images/edits"),
+            (Method::POST, "/v1/audio/speech"),
+            (Method::POST, "/v1/audio/transcriptions"),
+            (Method::POST, "/v1/audio/translations"),
+            (Method::POST, "/v1/embeddings"),
+            (Method::POST, "/v1/rerank"),
+            (Method::POST, "/v1/moderations"),
+            (Method::GET, "/v1/realtime"),
+            (Method::POST, "/v1/videos"),
+            (Method::GET, "/v1/models"),
+            (Method::GET, "/api/usage/token"),
+            (Method::GET, "/api/log/token"),
+            (Method::POST, "/v1/files"),
+            (Method::PUT, "/v1/models"),
+            (Method::GET, "/nope"),
+        ] {
+            let l = label(m, p);
+            assert!(crate::observe::labels::ROUTES.contains(&l), "{p}: {l}");
+        }
+    }
 
     #[test]
     fn table() {

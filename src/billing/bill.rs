@@ -67,7 +67,7 @@ impl Price {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::raw::RawPrice;
+    use crate::billing::raw::RawPrice;
 
     #[test]
     fn bill_and_cost_agree_and_each_kind_has_its_rate() {

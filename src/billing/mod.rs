@@ -178,7 +178,7 @@ impl Estimate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::raw::RawPrice;
+    use crate::billing::raw::RawPrice;
     use crate::protocol::Usage;
 
     fn price(input: f64, output: f64, cached: Option<f64>) -> Price {

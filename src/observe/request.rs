@@ -61,16 +61,18 @@ impl Obs {
 
     /// The request was routed: its labels, its trace (continuing the caller's
     /// `traceparent` when it sent one), and for a WebSocket, the session gauge.
+    /// `route` and `protocol`: the request's labels; `websocket`: a realtime session.
     pub fn routed(
         &mut self,
         o: &Observer,
-        route: &crate::route::Route,
-        shape: crate::errors::ErrorShape,
+        route: &str,
+        protocol: &'static str,
+        websocket: bool,
         headers: &http::HeaderMap,
     ) {
         self.route = Some(labels::route_index(route));
-        self.protocol = labels::protocol(route, shape);
-        if matches!(route, crate::route::Route::Realtime) {
+        self.protocol = protocol;
+        if websocket {
             self._session = Some(GaugeGuard::new(&o.websockets));
         }
         if o.tracer.is_some() {

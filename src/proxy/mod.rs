@@ -103,7 +103,13 @@ async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx) {
     let query = req.uri.query().map(str::to_string);
     let route = route::route(&req.method, &path);
     ctx.shape = route.error_shape(&path);
-    ctx.obs.routed(&gw.observe, &route, ctx.shape, &req.headers);
+    ctx.obs.routed(
+        &gw.observe,
+        route.label(),
+        route.protocol_label(ctx.shape),
+        route == Route::Realtime,
+        &req.headers,
+    );
     // Boxed: what answering needs is freed before the answer is sent, instead of being
     // held (as this future's size) for the whole of a stream.
     let answer = Box::pin(dispatch(gw, session, ctx, &route, &path, query.as_deref())).await;

@@ -22,12 +22,23 @@ use crate::errors::GatewayError;
 use crate::gateway::Gateway;
 use crate::protocol::Protocol;
 use crate::request::{Answer, Ctx};
-use crate::route::Relay;
 use pingora::proxy::Session;
 use serde_json::Value;
 use tokens::{Asked, Body, TokenRequest};
 
 /// Largest upstream error body read (for the operator's log only).
+/// A relayed endpoint: the client's protocol, and where the model name comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relay {
+    pub protocol: Protocol,
+    /// Generate-content paths carry the model in the path.
+    pub path_model: Option<String>,
+    /// `:streamGenerateContent`: streaming is chosen by the path.
+    pub path_stream: bool,
+    /// `/v1/responses/compact` (spec 4.5).
+    pub compact: bool,
+}
+
 pub(crate) const ERROR_BODY_LIMIT: usize = 64 * 1024;
 
 pub async fn handle(

@@ -4,6 +4,7 @@
 
 use super::meter::{self, Account, Bounds, Call, Cost, Delivery, Meter, Request};
 use super::output_limit;
+use super::Relay;
 use crate::billing::{input_token_bound, Bill, Price, MIN_OUTPUT_TOKENS};
 use crate::channels::Channel;
 use crate::errors::{GatewayError, UpstreamFailure};
@@ -12,7 +13,6 @@ use crate::protocol::shallow::Shallow;
 use crate::protocol::{
     self, Protocol, RequestOptions, ResponseContext, StreamContext, StreamTranslator, Usage,
 };
-use crate::route::Relay;
 use crate::store::Micros;
 use bytes::Bytes;
 use serde_json::Value;
