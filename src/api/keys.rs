@@ -153,7 +153,10 @@ pub async fn create(
 ) -> Result<(KeyRecord, Value), GatewayError> {
     let patch = input.to_patch()?;
     check_group(store, &patch).await?;
-    let secret = keys::generate().map_err(|_| GatewayError::Internal)?;
+    // ring's error is a unit: it says only that the system's random source failed.
+    let secret = keys::generate().map_err(|_| {
+        GatewayError::internal("generating a key secret: the system random source failed")
+    })?;
     let hash = keys::hash(&secret);
     let mut rec = KeyRecord {
         id: keys::id_from_hash(&hash),

@@ -72,7 +72,10 @@ pub async fn run<R: Request>(
     candidates: &[Arc<Channel>],
     mut request: R,
 ) -> Result<Answer, GatewayError> {
-    let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
+    let key = ctx
+        .key
+        .clone()
+        .ok_or_else(|| GatewayError::internal("finding the authenticated key in the context"))?;
     let reserving = Instant::now();
     let ttl = gw.config.limits.reservation_ttl_secs;
     let held = hold(gw, &key, &ctx.request_id, request.bounds(), ttl).await;

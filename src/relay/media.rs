@@ -109,7 +109,9 @@ fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<P
         Media::Rerank => text_job(text::check_rerank(&json)?),
         Media::Moderation => text_job(text::check_moderation(&json)?),
         Media::Transcription | Media::Translation => {
-            return Err(GatewayError::Internal);
+            return Err(GatewayError::internal(
+                "planning a multipart audio request as JSON",
+            ));
         }
     };
     Ok(Plan {
@@ -279,7 +281,10 @@ pub async fn handle(
     ctx: &mut Ctx,
     media: &Media,
 ) -> Result<Answer, GatewayError> {
-    let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
+    let key = ctx
+        .key
+        .clone()
+        .ok_or_else(|| GatewayError::internal("finding the authenticated key in the context"))?;
     let raw = body::read(session, &gw.config.limits).await?;
     let content_type = session
         .get_header(http::header::CONTENT_TYPE)

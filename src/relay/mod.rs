@@ -35,7 +35,10 @@ pub async fn handle(
     ctx: &mut Ctx,
     route: &Relay,
 ) -> Result<Answer, GatewayError> {
-    let key = ctx.key.clone().ok_or(GatewayError::Internal)?;
+    let key = ctx
+        .key
+        .clone()
+        .ok_or_else(|| GatewayError::internal("finding the authenticated key in the context"))?;
     if route.protocol == Protocol::Messages && messages_version(session).is_none() {
         // spec 4.17, 9: the messages protocol requires its version header.
         return Err(GatewayError::bad_request(

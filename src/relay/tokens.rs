@@ -177,9 +177,9 @@ impl<'a> TokenRequest<'a> {
                     limits.iter().map(|(f, v)| (*f, v.as_str())).collect();
                 return Ok(protocol::chat::passthrough_shallow(top, &opts, &extra));
             }
-            Body::Shallow { raw, .. } => {
-                serde_json::from_slice(raw).map_err(|_| GatewayError::Internal)?
-            }
+            Body::Shallow { raw, .. } => serde_json::from_slice(raw).map_err(|e| {
+                GatewayError::internal_from("reading the checked request body again", e)
+            })?,
             Body::Full(v) if last => std::mem::take(v),
             Body::Full(v) => v.clone(),
         };

@@ -273,8 +273,9 @@ impl StoreError {
     }
 }
 
-/// What failed in the store, and the error beneath it when there is one (kept as the
-/// error's `source()`, not flattened into text).
+/// What failed (or what was being done when it failed), and the error beneath it when
+/// there is one (kept as the error's `source()`, not flattened into text). The store's
+/// errors and the gateway's `Internal` both carry one.
 #[derive(Debug, Clone)]
 pub struct Cause {
     what: String,
@@ -317,6 +318,8 @@ impl PartialEq for Cause {
                 == other.source.as_ref().map(|e| e.to_string())
     }
 }
+
+impl Eq for Cause {}
 
 /// An error and each of its causes, `: `-separated: what a log line of a failure shows
 /// (a cause whose text the line already ends with is not repeated).
