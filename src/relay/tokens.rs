@@ -320,7 +320,8 @@ impl Meter for TokenMeter {
         };
         let (out, usage) = protocol::translate_response(self.upstream, self.client, &body, &rctx)
             .map_err(|e| {
-                tracing::warn!(request_id = %self.request_id, error = ?e, "upstream response not understood");
+                let why = crate::store::chain(&e);
+                tracing::warn!(request_id = %self.request_id, error = %why, "upstream response not understood");
                 GatewayError::Upstream(UpstreamFailure::BadResponse)
             })?;
         self.reported = usage;
