@@ -75,7 +75,12 @@ impl KeyInput {
                 None => None,
                 Some(s) => Some(
                     DateTime::parse_from_rfc3339(s)
-                        .map_err(|_| bad("expires_at", "`expires_at` must be an RFC 3339 time"))?
+                        .map_err(|e| {
+                            bad(
+                                "expires_at",
+                                format!("`expires_at` must be an RFC 3339 time: {e}"),
+                            )
+                        })?
                         .timestamp(),
                 ),
             });
