@@ -3,8 +3,10 @@
 //! `status()` and `code()` are exhaustive matches: a new variant does not compile until it
 //! has a status, a metrics label and a message. Messages are stable sentences; upstream
 //! details never reach them (spec 7.2). Every rendered message ends with
-//! `(request id: ID)` (spec 7.1).
+//! `(request id: ID)` (spec 7.1). An internal error carries its cause for the log: what
+//! the gateway was doing and the error beneath it; the client sees only the sentence.
 
+use crate::store::{chain, Cause};
 use serde_json::json;
 
 /// How the client's protocol wants errors shaped.
@@ -76,8 +78,9 @@ pub enum GatewayError {
     StoreUnavailable,
     /// 503: the listener holds as many client connections as it is allowed.
     TooManyConnections,
-    /// A gateway fault; details are logged, not shown.
-    Internal,
+    /// A gateway fault: what the gateway was doing and the error beneath it, for the log
+    /// ([`GatewayError::log_internal`]); the client sees only the sentence (spec 7.2).
+    Internal(Cause),
     Upstream(UpstreamFailure),
 }
 
@@ -112,18 +115,17 @@ impl From<crate::store::ReserveDenied> for GatewayError {
 }
 
 /// A store failure as the client sees it: 503 while the store is unreachable (it
-/// reconnects by itself), 500 otherwise. The details go to the log only.
+/// reconnects by itself), 500 otherwise. The details go to the log only: the 503's here,
+/// the 500's as its cause, when it is answered.
 pub fn store_error(e: &crate::store::StoreError) -> GatewayError {
     use crate::store::StoreError;
-    let why = crate::store::chain(e);
     match e {
         StoreError::Unavailable(_) => {
-            tracing::warn!(error = %why, "store unavailable");
+            tracing::warn!(error = %chain(e), "store unavailable");
             GatewayError::StoreUnavailable
         }
         StoreError::Conflict(_) | StoreError::Internal(_) => {
-            tracing::error!(error = %why, "store error");
-            GatewayError::Internal
+            GatewayError::internal_from("calling the store", e.clone())
         }
     }
 }
@@ -133,6 +135,38 @@ impl GatewayError {
         GatewayError::BadRequest {
             param: param.map(str::to_string),
             message: message.into(),
+        }
+    }
+
+    /// A gateway fault while doing `what` ("reading the request body"), with no error
+    /// beneath it.
+    pub fn internal(what: impl Into<String>) -> GatewayError {
+        GatewayError::Internal(Cause::new(what))
+    }
+
+    /// A gateway fault while doing `what`, caused by `source`; the log prints both.
+    pub fn internal_from(
+        what: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> GatewayError {
+        GatewayError::Internal(Cause::new(what).because(source))
+    }
+
+    /// Why an internal error happened, as its log line says it: the context, then each
+    /// error beneath it, `: `-separated. `None` for the other errors, whose message says
+    /// why.
+    pub fn cause_chain(&self) -> Option<String> {
+        match self {
+            GatewayError::Internal(cause) => Some(chain(cause)),
+            _ => None,
+        }
+    }
+
+    /// The one log line of an internal error, written where it becomes the client's
+    /// answer (the cause never reaches the client, spec 7.2).
+    pub fn log_internal(&self, request_id: &str) {
+        if let Some(why) = self.cause_chain() {
+            tracing::error!(request_id, error = %why, "internal error");
         }
     }
 
@@ -151,7 +185,7 @@ impl GatewayError {
             RateLimited => 429,
             LimitReached(l) if l.is_money() => 403,
             LimitReached(_) => 429,
-            Internal => 500,
+            Internal(_) => 500,
             NotImplemented => 501,
             StoreUnavailable | TooManyConnections => 503,
             Upstream(f) => upstream_status(*f),
@@ -187,7 +221,7 @@ impl GatewayError {
             NotImplemented => "not_implemented",
             StoreUnavailable => "store_unavailable",
             TooManyConnections => "too_many_connections",
-            Internal => "internal_error",
+            Internal(_) => "internal_error",
             Upstream(UpstreamFailure::Connect) => "upstream_unreachable",
             Upstream(UpstreamFailure::Timeout) => "upstream_timeout",
             Upstream(UpstreamFailure::BadResponse) => "upstream_bad_response",
@@ -256,7 +290,7 @@ impl GatewayError {
             TooManyConnections => {
                 "The gateway holds as many connections as it allows; retry with backoff.".into()
             }
-            Internal => "The gateway failed to process the request.".into(),
+            Internal(_) => "The gateway failed to process the request.".into(),
             Upstream(f) => upstream_message(*f).into(),
         }
     }
@@ -425,5 +459,107 @@ mod tests {
         let e = GatewayError::Upstream(UpstreamFailure::Connect);
         let v: Value = serde_json::from_slice(&e.body(ErrorShape::Default, "x")).unwrap();
         assert_eq!(v["error"]["type"], "upstream_error");
+    }
+
+    fn disk_error() -> std::io::Error {
+        std::io::Error::other("disk on fire")
+    }
+
+    #[test]
+    fn an_internal_cause_reaches_the_log_not_the_client() {
+        let e = GatewayError::internal_from("reading the request body", disk_error());
+        assert_eq!(e.status(), 500);
+        assert_eq!(e.code(), "internal_error");
+        for shape in [
+            ErrorShape::Default,
+            ErrorShape::Messages,
+            ErrorShape::Gemini,
+        ] {
+            let body = String::from_utf8(e.body(shape, "r1")).unwrap();
+            // The same envelope as an internal error with no cause at all.
+            assert_eq!(
+                body.as_bytes(),
+                GatewayError::internal("x").body(shape, "r1"),
+                "{shape:?}"
+            );
+            assert!(!body.contains("disk"), "{body}");
+            assert!(!body.contains("reading"), "{body}");
+        }
+        let v: Value = serde_json::from_slice(&e.body(ErrorShape::Default, "r1")).unwrap();
+        assert_eq!(
+            v["error"]["message"],
+            "The gateway failed to process the request. (request id: r1)"
+        );
+        assert_eq!(
+            e.cause_chain().as_deref(),
+            Some("reading the request body: disk on fire")
+        );
+        assert_eq!(
+            GatewayError::internal("reading the request body").cause_chain(),
+            Some("reading the request body".to_string())
+        );
+        assert_eq!(GatewayError::QuotaExhausted.cause_chain(), None);
+    }
+
+    #[test]
+    fn internal_errors_compare_by_what_they_say() {
+        let a = GatewayError::internal_from("settling", disk_error());
+        assert_eq!(a, a.clone());
+        assert_eq!(a, GatewayError::internal_from("settling", disk_error()));
+        assert_ne!(a, GatewayError::internal("settling"));
+        assert_ne!(a, GatewayError::internal_from("reserving", disk_error()));
+    }
+
+    #[test]
+    fn a_store_fault_is_an_internal_error_caused_by_it() {
+        let store = crate::store::StoreError::internal_from("bad lease x", disk_error());
+        let e = store_error(&store);
+        assert_eq!(e.status(), 500);
+        assert_eq!(
+            e.cause_chain().as_deref(),
+            Some("calling the store: store error: bad lease x: disk on fire")
+        );
+        let down = store_error(&crate::store::StoreError::unavailable("refused"));
+        assert_eq!((down.status(), down.cause_chain()), (503, None));
+    }
+
+    /// What the log receives while `f` runs on this thread.
+    fn logged(f: impl FnOnce()) -> String {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let bytes = sink.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn the_log_line_of_a_500_says_why_once() {
+        let e = GatewayError::internal_from("translating the answer", disk_error());
+        let line = logged(|| e.log_internal("req-7"));
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(line.contains("ERROR"), "{line}");
+        assert!(line.contains("req-7"), "{line}");
+        assert!(
+            line.contains("translating the answer: disk on fire"),
+            "{line}"
+        );
+        let other = logged(|| GatewayError::QuotaExhausted.log_internal("req-8"));
+        assert_eq!(other, "");
     }
 }

@@ -249,17 +249,18 @@ enum KeysAction {
     },
 }
 
-fn none_or<T: std::str::FromStr>(
-    v: &Option<String>,
-    what: &str,
-) -> Result<Option<Option<T>>, String> {
+fn none_or<T>(v: &Option<String>, what: &str) -> Result<Option<Option<T>>, String>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
     match v.as_deref() {
         None => Ok(None),
         Some("none") | Some("null") => Ok(Some(None)),
         Some(s) => s
             .parse()
             .map(|x| Some(Some(x)))
-            .map_err(|_| format!("--{what}: `{s}` is not valid")),
+            .map_err(|e| format!("--{what}: `{s}` is not valid: {e}")),
     }
 }
 

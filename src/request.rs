@@ -220,9 +220,7 @@ pub async fn respond_json(session: &mut Session, ctx: &mut Ctx, status: u16, bod
 }
 
 pub async fn respond_error(session: &mut Session, ctx: &mut Ctx, e: &GatewayError) {
-    if let GatewayError::Internal = e {
-        tracing::error!(request_id = %ctx.request_id, "internal error");
-    }
+    e.log_internal(&ctx.request_id);
     let body = e.body(ctx.shape, &ctx.request_id);
     respond_json(session, ctx, e.status(), body).await;
 }

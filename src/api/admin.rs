@@ -185,7 +185,10 @@ impl ServeHttp for AdminApp {
         } else {
             let (status, body) = match self.handle(s, &request_id).await {
                 Ok((status, v)) => (status, serde_json::to_vec(&v).unwrap_or_default()),
-                Err(e) => (e.status(), e.body(ErrorShape::Default, &request_id)),
+                Err(e) => {
+                    e.log_internal(&request_id);
+                    (e.status(), e.body(ErrorShape::Default, &request_id))
+                }
             };
             Reply::json(status, body)
         };

@@ -75,7 +75,12 @@ impl KeyInput {
                 None => None,
                 Some(s) => Some(
                     DateTime::parse_from_rfc3339(s)
-                        .map_err(|_| bad("expires_at", "`expires_at` must be an RFC 3339 time"))?
+                        .map_err(|e| {
+                            bad(
+                                "expires_at",
+                                format!("`expires_at` must be an RFC 3339 time: {e}"),
+                            )
+                        })?
                         .timestamp(),
                 ),
             });
@@ -153,7 +158,10 @@ pub async fn create(
 ) -> Result<(KeyRecord, Value), GatewayError> {
     let patch = input.to_patch()?;
     check_group(store, &patch).await?;
-    let secret = keys::generate().map_err(|_| GatewayError::Internal)?;
+    // ring's error is a unit: it says only that the system's random source failed.
+    let secret = keys::generate().map_err(|_| {
+        GatewayError::internal("generating a key secret: the system random source failed")
+    })?;
     let hash = keys::hash(&secret);
     let mut rec = KeyRecord {
         id: keys::id_from_hash(&hash),

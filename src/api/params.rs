@@ -55,10 +55,10 @@ impl Params {
         }
         DateTime::parse_from_rfc3339(v)
             .map(|t| Some(t.timestamp_millis()))
-            .map_err(|_| {
+            .map_err(|e| {
                 bad(
                     name,
-                    format!("`{name}` must be an RFC 3339 time or unix milliseconds."),
+                    format!("`{name}` must be an RFC 3339 time or unix milliseconds: {e}."),
                 )
             })
     }

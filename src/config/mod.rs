@@ -207,9 +207,9 @@ impl Telemetry {
         for (name, value) in t.headers {
             let path = format!("telemetry.headers.{name}");
             http::HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| err(&path, "not a valid header name"))?;
+                .map_err(|e| err(&path, format!("not a valid header name: {e}")))?;
             http::HeaderValue::from_str(&value)
-                .map_err(|_| err(&path, "not a valid header value"))?;
+                .map_err(|e| err(&path, format!("not a valid header value: {e}")))?;
             headers.push((name, value));
         }
         Ok(Some(Telemetry {
@@ -522,8 +522,12 @@ impl Config {
 }
 
 fn parse_addr(path: &str, s: &str) -> Result<SocketAddr, ConfigError> {
-    s.parse()
-        .map_err(|_| err(path, format!("`{s}` is not an address like 127.0.0.1:8080")))
+    s.parse().map_err(|e| {
+        err(
+            path,
+            format!("`{s}` is not an address like 127.0.0.1:8080: {e}"),
+        )
+    })
 }
 
 fn check_redis_url(path: &str, u: &str) -> Result<(), ConfigError> {

@@ -104,8 +104,46 @@ pub struct Invalid {
 /// An upstream answer that is not what its protocol promises.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TranslateError {
-    NotJson,
+    /// Not JSON; the parser's error (its `source()`) says where.
+    NotJson(JsonError),
     Shape(&'static str),
+}
+
+/// The parser's error beneath [`TranslateError::NotJson`]: shared, so the error stays
+/// `Clone`, and equal to another that says the same (tests compare translation errors).
+#[derive(Debug, Clone)]
+pub struct JsonError(std::sync::Arc<serde_json::Error>);
+
+impl PartialEq for JsonError {
+    fn eq(&self, other: &JsonError) -> bool {
+        self.0.to_string() == other.0.to_string()
+    }
+}
+
+impl Eq for JsonError {}
+
+impl From<serde_json::Error> for TranslateError {
+    fn from(e: serde_json::Error) -> TranslateError {
+        TranslateError::NotJson(JsonError(std::sync::Arc::new(e)))
+    }
+}
+
+impl std::fmt::Display for TranslateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TranslateError::NotJson(_) => f.write_str("not JSON"),
+            TranslateError::Shape(what) => write!(f, "not the protocol's shape: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for TranslateError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TranslateError::NotJson(e) => Some(&*e.0),
+            TranslateError::Shape(_) => None,
+        }
+    }
 }
 
 pub struct RequestOptions<'a> {
@@ -255,13 +293,13 @@ pub(crate) fn answer_shallow(body: &[u8]) -> Result<shallow::Shallow<'_>, Transl
         Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() => {
             Err(TranslateError::Shape("not an object"))
         }
-        Err(_) => Err(TranslateError::NotJson),
+        Err(e) => Err(e.into()),
     }
 }
 
 /// Same-protocol answers: the upstream body as a JSON object.
 pub(crate) fn answer_object(body: &[u8]) -> Result<Value, TranslateError> {
-    let v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    let v: Value = serde_json::from_slice(body)?;
     if v.is_object() {
         Ok(v)
     } else {

@@ -61,9 +61,12 @@ impl Event {
         if self.data.trim().is_empty() {
             return Ok(None);
         }
-        serde_json::from_str(&self.data)
-            .map(Some)
-            .map_err(|_| self.unreadable())
+        serde_json::from_str(&self.data).map(Some).map_err(|e| {
+            // Debug, not warn: an upstream that breaks one event often breaks every one
+            // after it; the client's error event already says the stream failed.
+            tracing::debug!(error = %e, fault = ?self.unreadable(), "upstream event data is not JSON");
+            self.unreadable()
+        })
     }
 
     /// Why data that is not JSON could not be read: the stream was cut inside it, or

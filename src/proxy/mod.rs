@@ -78,7 +78,12 @@ impl ProxyHttp for GatewayProxy {
                 400,
                 GatewayError::bad_request(None, "Malformed HTTP request."),
             ),
-            _ => (500, GatewayError::Internal),
+            // Pingora's error is not `Clone` and is borrowed here: its text (context and
+            // cause included) is the cause.
+            _ => (
+                500,
+                GatewayError::internal(format!("running a proxy phase: {e}")),
+            ),
         };
         if session.response_written().is_none() && e.esource() != &ErrorSource::Downstream {
             respond_error(session, ctx, &gerr).await;
@@ -182,9 +187,9 @@ async fn dispatch(
             Box::pin(realtime::relay(gw, session, ctx, &key, query)).await
         }
         Route::Video(v) => Box::pin(video::service::handle(gw, session, ctx, &key, v, query)).await,
-        Route::NotFound | Route::MethodNotAllowed | Route::NotImplemented => {
-            Err(GatewayError::Internal)
-        }
+        Route::NotFound | Route::MethodNotAllowed | Route::NotImplemented => Err(
+            GatewayError::internal("dispatching a route that was answered before authentication"),
+        ),
     }
 }
 

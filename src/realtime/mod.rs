@@ -159,7 +159,9 @@ async fn begin(
     };
     let mut held = crate::relay::exchange::hold(gw, key, &ctx.request_id, bounds, ttl_secs).await?;
     let multiplier = held.multiplier();
-    let first = held.hand_over().ok_or(GatewayError::Internal)?;
+    let first = held
+        .hand_over()
+        .ok_or_else(|| GatewayError::internal("handing the realtime reservation over"))?;
     // Extensions ask in the key's money, as the first block did.
     let ask = gw.calendar.ask(
         &key.rec,
@@ -203,15 +205,14 @@ async fn connect(
         channel.upstream_model(&link.model),
     );
     let key = channel.keys.pick();
-    let req = handshake::upstream_request(
-        session.req_header(),
-        &path,
-        channel.authority(),
-        key.secret,
-    )
-    .map_err(|e| {
-        tracing::error!(channel = %channel.name, error = %e, "cannot build the realtime handshake");
-        GatewayError::Internal
+    let built =
+        handshake::upstream_request(session.req_header(), &path, channel.authority(), key.secret);
+    let req = built.map_err(|e| {
+        let doing = format!(
+            "building the realtime handshake for channel {}",
+            channel.name
+        );
+        GatewayError::internal_from(doing, e)
     })?;
     let started = std::time::Instant::now();
     // The handshake's outcome is the channel's health, as an exchange's answer is.
@@ -258,9 +259,9 @@ async fn connect(
     match switch {
         Ok(s) => Ok((http, Box::new(s))),
         Err(e) => {
-            tracing::error!(channel = %channel.name, error = %e, "cannot build the client's 101");
             http.shutdown().await;
-            Err(GatewayError::Internal)
+            let doing = format!("building the client's 101 from channel {}", channel.name);
+            Err(GatewayError::internal_from(doing, e))
         }
     }
 }

@@ -103,19 +103,9 @@ impl From<StoreError> for ReconcileError {
     }
 }
 
-/// The error and its causes on one line: `a: b: c`.
-pub fn chain(e: &dyn Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    // Bounded: a cause chain is a handful of links.
-    for _ in 0..16 {
-        let Some(c) = cur else { break };
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
+/// The error and its causes on one line: `a: b: c`. The store's, which does not repeat
+/// a cause its error's own text already ends with (a store error prints its cause).
+pub use crate::store::chain;
 
 #[cfg(test)]
 mod tests {

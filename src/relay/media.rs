@@ -110,7 +110,9 @@ fn plan(gw: &Gateway, media: &Media, raw: Bytes, content_type: &str) -> Result<P
         Media::Rerank => text_job(text::check_rerank(&json)?),
         Media::Moderation => text_job(text::check_moderation(&json)?),
         Media::Transcription | Media::Translation => {
-            return Err(GatewayError::Internal);
+            return Err(GatewayError::internal(
+                "planning a multipart audio request as JSON",
+            ));
         }
     };
     Ok(Plan {

@@ -177,9 +177,9 @@ impl<'a> TokenRequest<'a> {
                     limits.iter().map(|(f, v)| (*f, v.as_str())).collect();
                 return Ok(protocol::chat::passthrough_shallow(top, &opts, &extra));
             }
-            Body::Shallow { raw, .. } => {
-                serde_json::from_slice(raw).map_err(|_| GatewayError::Internal)?
-            }
+            Body::Shallow { raw, .. } => serde_json::from_slice(raw).map_err(|e| {
+                GatewayError::internal_from("reading the checked request body again", e)
+            })?,
             Body::Full(v) if last => std::mem::take(v),
             Body::Full(v) => v.clone(),
         };
@@ -320,7 +320,8 @@ impl Meter for TokenMeter {
         };
         let (out, usage) = protocol::translate_response(self.upstream, self.client, &body, &rctx)
             .map_err(|e| {
-                tracing::warn!(request_id = %self.request_id, error = ?e, "upstream response not understood");
+                let why = crate::store::chain(&e);
+                tracing::warn!(request_id = %self.request_id, error = %why, "upstream response not understood");
                 GatewayError::Upstream(UpstreamFailure::BadResponse)
             })?;
         self.reported = usage;

@@ -85,9 +85,12 @@ impl Exchange {
         loop {
             attempts += 1;
             // Built for each attempt: a second one rarely comes, so nothing is kept for it.
+            // Logged here as well: the next channel may answer, and this failure with it
+            // would never reach the client's 500.
             let header = request_header(&channel, out, key.secret).map_err(|e| {
                 tracing::error!(channel = %channel.name, error = %e, "cannot build upstream request");
-                OpenError::NotSent(GatewayError::Internal)
+                let doing = format!("building the request for channel {}", channel.name);
+                OpenError::NotSent(GatewayError::internal_from(doing, e))
             })?;
             let (mut http, reused) = gw.connector.get_http_session(&*peer).await.map_err(|e| {
                 tracing::warn!(channel = %channel.name, error = %e, "upstream connect failed");

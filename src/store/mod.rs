@@ -291,8 +291,9 @@ impl StoreError {
     }
 }
 
-/// What failed in the store, and the error beneath it when there is one (kept as the
-/// error's `source()`, not flattened into text).
+/// What failed (or what was being done when it failed), and the error beneath it when
+/// there is one (kept as the error's `source()`, not flattened into text). The store's
+/// errors and the gateway's `Internal` both carry one.
 #[derive(Debug, Clone)]
 pub struct Cause {
     what: String,
@@ -319,6 +320,15 @@ impl fmt::Display for Cause {
     }
 }
 
+/// A cause is an error of its own: what failed, and beneath it the error that made it fail.
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
 /// Equal when they say the same, cause included (tests compare errors).
 impl PartialEq for Cause {
     fn eq(&self, other: &Cause) -> bool {
@@ -327,6 +337,8 @@ impl PartialEq for Cause {
                 == other.source.as_ref().map(|e| e.to_string())
     }
 }
+
+impl Eq for Cause {}
 
 /// An error and each of its causes, `: `-separated: what a log line of a failure shows
 /// (a cause whose text the line already ends with, as a wrapper that prints its source

@@ -160,10 +160,15 @@ fn count(obj: &Map<String, Value>) -> Result<u32, Invalid> {
 
 /// `WxH` with both sides positive.
 fn size(s: &str) -> Result<(u32, u32), Invalid> {
-    let bad = || invalid("size", "`size` must look like `1280x720`.");
+    const FORM: &str = "`size` must look like `1280x720`";
+    let bad = || invalid("size", format!("{FORM}."));
+    let side = |v: &str, which: &str| {
+        v.trim()
+            .parse::<u32>()
+            .map_err(|e| invalid("size", format!("{FORM} ({which}: {e}).")))
+    };
     let (w, h) = s.split_once(['x', 'X', '*']).ok_or_else(bad)?;
-    let w: u32 = w.trim().parse().map_err(|_| bad())?;
-    let h: u32 = h.trim().parse().map_err(|_| bad())?;
+    let (w, h) = (side(w, "width")?, side(h, "height")?);
     if w == 0 || h == 0 {
         return Err(bad());
     }

@@ -197,7 +197,9 @@ async fn submit(
         )
         .collect();
     if candidates.is_empty() {
-        let unfit = first_unfit.ok_or(GatewayError::Internal)?;
+        let unfit = first_unfit.ok_or_else(|| {
+            GatewayError::internal("planning the video job: no channel fit it and none said why")
+        })?;
         return Err(GatewayError::bad_request(Some(unfit.param), unfit.message));
     }
     let channels_asked: Vec<Arc<Channel>> = candidates.iter().map(|(c, _)| c.clone()).collect();
@@ -217,7 +219,10 @@ async fn submit(
         .max(1);
     let id = format!(
         "task_{}",
-        crate::auth::keys::random_base62(32).map_err(|_| GatewayError::Internal)?
+        // ring's error is a unit: it says only that the system's random source failed.
+        crate::auth::keys::random_base62(32).map_err(|_| {
+            GatewayError::internal("generating a task id: the system random source failed")
+        })?
     );
     let now = ids::now_secs();
     let timeout = v.task_timeout.as_secs();
@@ -258,7 +263,9 @@ async fn submit(
             return Err(e);
         }
     };
-    let (kind, seconds) = asked.ok_or(GatewayError::Internal)?;
+    let (kind, seconds) = asked.ok_or_else(|| {
+        GatewayError::internal("reading what was asked of the video channel that answered")
+    })?;
     let channel = ex.channel.clone();
     let answer = ex.body(STATUS_BODY_LIMIT).await;
     ex.finish(gw).await;

@@ -266,7 +266,7 @@ pub fn passthrough_response(
         return Err(TranslateError::Shape("no choices"));
     }
     let usage = top.get("usage").map(usage_raw).unwrap_or_default();
-    let model = serde_json::to_string(client_model).map_err(|_| TranslateError::NotJson)?;
+    let model = serde_json::to_string(client_model)?;
     Ok((top.write(&[("model", &model)], 0), usage))
 }
 
@@ -301,7 +301,14 @@ mod tests {
         let (out, _) = passthrough_response(br#"{"choices":[]}"#, "m").unwrap();
         assert_eq!(out, br#"{"choices":[],"model":"m"}"#);
         let refused = |body: &[u8]| passthrough_response(body, "m").err();
-        assert_eq!(refused(b"oops"), Some(TranslateError::NotJson));
+        let not_json = refused(b"oops");
+        assert!(matches!(not_json, Some(TranslateError::NotJson(_))));
+        // The parser's error stays the cause: the relay's log line says where.
+        let why = not_json.as_ref().map(|e| crate::store::chain(e));
+        assert_eq!(
+            why.as_deref(),
+            Some("not JSON: expected value at line 1 column 1")
+        );
         assert_eq!(
             refused(b"[1]"),
             Some(TranslateError::Shape("not an object"))

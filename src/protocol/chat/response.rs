@@ -70,7 +70,7 @@ pub(super) fn synth_call_id(answer: &Value, index: usize, name: &str) -> String 
 }
 
 pub fn parse_response(body: &[u8]) -> Result<ir::Response, TranslateError> {
-    let v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    let v: Value = serde_json::from_slice(body)?;
     let choices = v["choices"]
         .as_array()
         .ok_or(TranslateError::Shape("no choices"))?;

@@ -69,7 +69,7 @@ pub fn passthrough_response(
     body: &[u8],
     client_model: &str,
 ) -> Result<(Vec<u8>, Usage), TranslateError> {
-    let mut v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    let mut v: Value = serde_json::from_slice(body)?;
     let obj = v
         .as_object_mut()
         .ok_or(TranslateError::Shape("not an object"))?;
@@ -83,10 +83,7 @@ pub fn passthrough_response(
             Value::String(client_model.to_string()),
         );
     }
-    Ok((
-        serde_json::to_vec(&v).map_err(|_| TranslateError::NotJson)?,
-        usage,
-    ))
+    Ok((serde_json::to_vec(&v)?, usage))
 }
 
 pub fn passthrough_stream(ctx: StreamContext) -> Box<dyn StreamTranslator> {

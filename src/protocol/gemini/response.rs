@@ -69,7 +69,7 @@ pub(super) fn function_call_part(
 }
 
 pub fn parse_response(body: &[u8]) -> Result<ir::Response, TranslateError> {
-    let v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    let v: Value = serde_json::from_slice(body)?;
     let obj = v
         .as_object()
         .ok_or(TranslateError::Shape("not an object"))?;

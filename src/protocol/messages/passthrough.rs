@@ -31,10 +31,7 @@ pub fn response(body: &[u8], client_model: &str) -> Result<(Vec<u8>, Usage), Tra
         .map(|u| WireUsage::of(u).to_usage())
         .unwrap_or_default();
     obj.insert("model".into(), Value::String(client_model.to_string()));
-    Ok((
-        serde_json::to_vec(&v).map_err(|_| TranslateError::NotJson)?,
-        usage,
-    ))
+    Ok((serde_json::to_vec(&v)?, usage))
 }
 
 /// The stream state machine. It ends cleanly only after the upstream's `message_stop`;

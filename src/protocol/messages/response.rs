@@ -87,7 +87,7 @@ impl CallIds {
 }
 
 pub fn parse(body: &[u8]) -> Result<ir::Response, TranslateError> {
-    let v: Value = serde_json::from_slice(body).map_err(|_| TranslateError::NotJson)?;
+    let v: Value = serde_json::from_slice(body)?;
     if !v.is_object() {
         return Err(TranslateError::Shape("not an object"));
     }

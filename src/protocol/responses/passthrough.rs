@@ -63,10 +63,7 @@ pub fn passthrough_response(
     if obj.contains_key("model") {
         obj.insert("model".into(), Value::String(client_model.to_string()));
     }
-    Ok((
-        serde_json::to_vec(&v).map_err(|_| TranslateError::NotJson)?,
-        usage,
-    ))
+    Ok((serde_json::to_vec(&v)?, usage))
 }
 
 pub fn passthrough_stream(ctx: StreamContext) -> Box<dyn StreamTranslator> {

@@ -4,7 +4,7 @@
 
 use super::sql::{self, exec, internal};
 use super::{journal, writer, EmbeddedStore, Work};
-use crate::store::{StoreError, StoreResult};
+use crate::store::{Cause, StoreError, StoreResult};
 use rusqlite::Connection;
 use std::fs::File;
 use std::path::PathBuf;
@@ -18,11 +18,9 @@ impl EmbeddedStore {
     /// were held by the process that stopped, and nobody else polls a single node.
     pub fn lock_exclusive(&self) -> StoreResult<()> {
         let f = File::create(self.dir.join("LOCK")).map_err(internal)?;
-        f.try_lock().map_err(|_| {
-            StoreError::conflict(format!(
-                "{} is in use by another gateway",
-                self.dir.display()
-            ))
+        f.try_lock().map_err(|e| {
+            let what = format!("{} is in use by another gateway", self.dir.display());
+            StoreError::Conflict(Cause::new(what).because(e))
         })?;
         *self.lock.lock() = Some(f);
         let now_ms = std::time::SystemTime::now()

@@ -252,13 +252,14 @@ impl EmbeddedStore {
             false => Err(job),
         };
         if let Err(job) = queued {
+            // The send error only hands the job back: the store thread has ended.
             self.jobs
                 .send(Work::Job(job))
                 .map_err(|_| StoreError::internal("store thread stopped"))?;
             self.writer.wake();
         }
         rx.await
-            .map_err(|_| StoreError::internal("store thread dropped a job"))?
+            .map_err(|e| StoreError::internal_from("store thread dropped a job", e))?
     }
 
     async fn call<T: Send + 'static>(

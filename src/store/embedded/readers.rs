@@ -65,8 +65,9 @@ impl Readers {
             .send(Box::new(move |c| {
                 let _ = tx.send(f(c));
             }))
+            // The send error only hands the job back: the readers have ended.
             .map_err(|_| StoreError::internal("store readers stopped"))?;
         rx.await
-            .map_err(|_| StoreError::internal("store reader dropped a job"))?
+            .map_err(|e| StoreError::internal_from("store reader dropped a job", e))?
     }
 }

@@ -179,7 +179,7 @@ impl RedisStore {
         if status == "ok" {
             let amount = detail
                 .parse::<f64>()
-                .map_err(|_| StoreError::internal(format!("bad grant {detail}")))?;
+                .map_err(|e| StoreError::internal_from(format!("bad grant {detail}"), e))?;
             return Ok(Answer::Granted(amount as Micros, counted == "1"));
         }
         if detail == "leased" {

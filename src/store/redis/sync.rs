@@ -232,7 +232,7 @@ impl Leases {
                 .map_err(map_err)?;
         let lease = lease
             .parse::<f64>()
-            .map_err(|_| StoreError::internal(format!("bad lease {lease}")))?
+            .map_err(|e| StoreError::internal_from(format!("bad lease {lease}"), e))?
             as Micros;
         Ok(Reply {
             status,
