@@ -114,6 +114,13 @@ impl From<crate::store::ReserveDenied> for GatewayError {
     }
 }
 
+/// A store failure as the client sees it ([`store_error`]): `?` converts it.
+impl From<crate::store::StoreError> for GatewayError {
+    fn from(e: crate::store::StoreError) -> GatewayError {
+        store_error(&e)
+    }
+}
+
 /// A store failure as the client sees it: 503 while the store is unreachable (it
 /// reconnects by itself), 500 otherwise. The details go to the log only: the 503's here,
 /// the 500's as its cause, when it is answered.

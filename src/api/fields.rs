@@ -34,10 +34,6 @@ pub fn rfc3339(secs: i64) -> String {
         .to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-pub fn store_err(e: crate::store::StoreError) -> GatewayError {
-    super::store_error(&e)
-}
-
 pub fn bad(param: &str, msg: impl Into<String>) -> GatewayError {
     GatewayError::bad_request(Some(param), msg)
 }

@@ -2,7 +2,7 @@
 //! group's own lifetime cap and policy, which every request of its keys must fit too.
 
 use super::fields::{
-    bad, micros_to_usd, name_and_status, nullable, parse_object, rfc3339, store_err, usd_field,
+    bad, micros_to_usd, name_and_status, nullable, parse_object, rfc3339, usd_field,
 };
 use super::policy::{self, PolicyInput, POLICY_FIELDS};
 use crate::billing::Calendar;
@@ -67,12 +67,10 @@ pub async fn detail(
     let periods = calendar.periods(g.policy.time_zone.as_deref(), at);
     let now = store
         .standing(Scope::Group, &g.id, &periods, at.div_euclid(60))
-        .await
-        .map_err(store_err)?;
+        .await?;
     let keys: Vec<String> = store
         .list_keys()
-        .await
-        .map_err(store_err)?
+        .await?
         .into_iter()
         .filter(|k| k.group.as_deref() == Some(g.id.as_str()))
         .map(|k| k.id)
@@ -112,21 +110,17 @@ pub async fn create(store: &dyn Store, input: &GroupInput) -> Result<GroupRecord
         Err(crate::store::StoreError::Conflict(_)) => {
             Err(bad("id", format!("A group with the id `{}` exists.", g.id)))
         }
-        Err(e) => Err(store_err(e)),
+        Err(e) => Err(e.into()),
     }
 }
 
 pub async fn list(store: &dyn Store) -> Result<Value, GatewayError> {
-    let groups = store.list_groups().await.map_err(store_err)?;
+    let groups = store.list_groups().await?;
     Ok(json!({"object": "list", "data": groups.iter().map(view).collect::<Vec<_>>()}))
 }
 
 pub async fn show(store: &dyn Store, id: &str) -> Result<GroupRecord, GatewayError> {
-    store
-        .get_group(id)
-        .await
-        .map_err(store_err)?
-        .ok_or(GatewayError::NotFound)
+    store.get_group(id).await?.ok_or(GatewayError::NotFound)
 }
 
 pub async fn update(
@@ -140,8 +134,7 @@ pub async fn update(
     let patch = input.to_patch()?;
     store
         .update_group(id, &patch)
-        .await
-        .map_err(store_err)?
+        .await?
         .ok_or(GatewayError::NotFound)
 }
 
@@ -149,8 +142,7 @@ pub async fn update(
 pub async fn delete(store: &dyn Store, id: &str) -> Result<(), GatewayError> {
     let members = store
         .list_keys()
-        .await
-        .map_err(store_err)?
+        .await?
         .into_iter()
         .filter(|k| k.group.as_deref() == Some(id))
         .count();
@@ -160,7 +152,7 @@ pub async fn delete(store: &dyn Store, id: &str) -> Result<(), GatewayError> {
             format!("{members} key(s) still belong to group `{id}`: move or revoke them first."),
         ));
     }
-    if store.delete_group(id).await.map_err(store_err)? {
+    if store.delete_group(id).await? {
         Ok(())
     } else {
         Err(GatewayError::NotFound)

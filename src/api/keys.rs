@@ -3,7 +3,7 @@
 //! stored as integer micro-USD.
 
 use super::fields::{
-    bad, micros_to_usd, name_and_status, nullable, parse_object, rfc3339, store_err, usd_field,
+    bad, micros_to_usd, name_and_status, nullable, parse_object, rfc3339, usd_field,
 };
 use super::policy::{PolicyInput, POLICY_FIELDS};
 use crate::auth::keys;
@@ -141,7 +141,7 @@ pub fn view(r: &KeyRecord) -> Value {
 /// A key may name only a group that exists.
 async fn check_group(store: &dyn Store, patch: &KeyPatch) -> Result<(), GatewayError> {
     if let Some(Some(g)) = &patch.group {
-        if store.get_group(g).await.map_err(store_err)?.is_none() {
+        if store.get_group(g).await?.is_none() {
             return Err(GatewayError::bad_request(
                 Some("group"),
                 format!("There is no group `{g}`."),
@@ -180,23 +180,19 @@ pub async fn create(
         policy: Default::default(),
     };
     patch.apply(&mut rec);
-    store.create_key(&rec).await.map_err(store_err)?;
+    store.create_key(&rec).await?;
     let mut v = view(&rec);
     v["key"] = Value::String(secret);
     Ok((rec, v))
 }
 
 pub async fn list(store: &dyn Store) -> Result<Value, GatewayError> {
-    let keys = store.list_keys().await.map_err(store_err)?;
+    let keys = store.list_keys().await?;
     Ok(json!({"object": "list", "data": keys.iter().map(view).collect::<Vec<_>>()}))
 }
 
 pub async fn show(store: &dyn Store, id: &str) -> Result<KeyRecord, GatewayError> {
-    store
-        .get_key(id)
-        .await
-        .map_err(store_err)?
-        .ok_or(GatewayError::KeyNotFound)
+    store.get_key(id).await?.ok_or(GatewayError::KeyNotFound)
 }
 
 pub async fn update(
@@ -208,13 +204,12 @@ pub async fn update(
     check_group(store, &patch).await?;
     store
         .update_key(id, &patch)
-        .await
-        .map_err(store_err)?
+        .await?
         .ok_or(GatewayError::KeyNotFound)
 }
 
 pub async fn revoke(store: &dyn Store, id: &str) -> Result<(), GatewayError> {
-    if store.delete_key(id).await.map_err(store_err)? {
+    if store.delete_key(id).await? {
         Ok(())
     } else {
         Err(GatewayError::KeyNotFound)

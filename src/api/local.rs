@@ -2,7 +2,6 @@
 //! caller's own usage and log (spec 7.1).
 
 use super::fields::{micros_to_usd, rfc3339};
-use super::store_error;
 use crate::auth::{credentials, AuthKey};
 use crate::errors::GatewayError;
 use crate::gateway::Gateway;
@@ -104,8 +103,7 @@ pub async fn serve_usage(gw: &Gateway, key: &AuthKey) -> Result<Answer, GatewayE
     let rec = gw
         .store
         .get_key(&key.rec.id)
-        .await
-        .map_err(|e| store_error(&e))?
+        .await?
         .ok_or(GatewayError::UnknownKey)?;
     let available = rec.quota_limit.map(|l| (l - rec.quota_used).max(0));
     let body = json!({
@@ -170,11 +168,7 @@ pub async fn serve_log(
                 GatewayError::bad_request(Some("limit"), format!("`limit` must be 1 to {LOG_MAX}"))
             })?,
     };
-    let recs = gw
-        .store
-        .recent_usage(&key.rec.id, limit)
-        .await
-        .map_err(|e| store_error(&e))?;
+    let recs = gw.store.recent_usage(&key.rec.id, limit).await?;
     let body = json!({"object": "list", "data": recs.iter().map(log_entry).collect::<Vec<_>>()});
     Ok(Answer::json(200, body.to_string().into_bytes()))
 }

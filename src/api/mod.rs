@@ -13,5 +13,3 @@ pub mod params;
 pub mod policy;
 pub mod records;
 pub mod spend;
-
-pub use crate::errors::store_error;

@@ -3,7 +3,6 @@
 //! limit with what is used and left in its current period.
 
 use super::fields::{bad, micros_to_usd, nullable, rfc3339, usd_field};
-use super::store_error;
 use crate::billing::{Calendar, Multiplier};
 use crate::errors::GatewayError;
 use crate::store::policy::{time_zone, valid_group_id};
@@ -183,8 +182,7 @@ pub async fn key_limits(
     let periods = calendar.periods(key.policy.time_zone.as_deref(), at);
     let now = store
         .standing(Scope::Key, &key.id, &periods, minute)
-        .await
-        .map_err(|e| store_error(&e))?;
+        .await?;
     let mut out = limits(
         "",
         key.quota_limit.map(|l| (l, key.quota_used)),
@@ -193,12 +191,9 @@ pub async fn key_limits(
         &now,
     );
     if let Some(id) = &key.group {
-        if let Some(g) = store.get_group(id).await.map_err(|e| store_error(&e))? {
+        if let Some(g) = store.get_group(id).await? {
             let periods = calendar.periods(g.policy.time_zone.as_deref(), at);
-            let now = store
-                .standing(Scope::Group, id, &periods, minute)
-                .await
-                .map_err(|e| store_error(&e))?;
+            let now = store.standing(Scope::Group, id, &periods, minute).await?;
             out.extend(limits(
                 "group.",
                 g.quota_limit.map(|l| (l, g.quota_used)),

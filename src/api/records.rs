@@ -2,7 +2,7 @@
 //! (the record of one request, by the id every response and error message carries:
 //! spec 7, "the ID can be found in the console").
 
-use super::fields::{micros_to_usd, store_err};
+use super::fields::micros_to_usd;
 use super::params::Answer;
 use super::params::{Params, FILTERS};
 use crate::gateway::Gateway;
@@ -53,7 +53,7 @@ pub fn view(r: &UsageRecord, keys: &HashMap<String, KeyRecord>) -> Value {
 async fn key_index(
     gw: &Gateway,
 ) -> Result<HashMap<String, KeyRecord>, crate::errors::GatewayError> {
-    let keys = gw.store.list_keys().await.map_err(store_err)?;
+    let keys = gw.store.list_keys().await?;
     Ok(keys.into_iter().map(|k| (k.id.clone(), k)).collect())
 }
 
@@ -65,11 +65,7 @@ pub async fn list(gw: &Gateway, query: Option<&str>) -> Answer {
     let filter = p.filter()?;
     let limit = p.int("limit", 1..=MAX_LIMIT, DEFAULT_LIMIT)? as usize;
     let reader = Reader::of(gw.store.as_ref());
-    let recs = reader
-        .get()
-        .find_usage(&filter, limit)
-        .await
-        .map_err(store_err)?;
+    let recs = reader.get().find_usage(&filter, limit).await?;
     let keys = key_index(gw).await?;
     Ok((
         200,
@@ -99,7 +95,7 @@ pub async fn lookup(gw: &Gateway, id: &str, request_id: &str) -> Answer {
         ));
     }
     let reader = Reader::of(gw.store.as_ref());
-    match reader.get().usage_by_request(id).await.map_err(store_err)? {
+    match reader.get().usage_by_request(id).await? {
         Some(r) => Ok((200, view(&r, &key_index(gw).await?))),
         None => Ok((
             404,

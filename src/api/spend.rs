@@ -3,7 +3,7 @@
 //! ([`crate::store::usage_query`]); this shapes the sums for a chart: every bucket of the
 //! range is present (zero when nothing happened), series are ordered by cost.
 
-use super::fields::{micros_to_usd, rfc3339, store_err};
+use super::fields::{micros_to_usd, rfc3339};
 use super::params::Answer;
 use super::params::{Params, FILTERS};
 use crate::errors::GatewayError;
@@ -155,7 +155,7 @@ pub async fn get(gw: &Gateway, query: Option<&str>) -> Answer {
         group_by,
     };
     let reader = Reader::of(gw.store.as_ref());
-    let s = reader.get().spend(&q).await.map_err(store_err)?;
+    let s = reader.get().spend(&q).await?;
     let mut v = shape(&q, from, to, &s);
     v["object"] = json!("spend");
     v["bucket"] = json!(bucket);

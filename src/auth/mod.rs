@@ -10,7 +10,7 @@ pub use cache::KeyCache;
 pub use credentials::Accepts;
 pub use policy::{client_ip, AuthKey};
 
-use crate::errors::{store_error, GatewayError};
+use crate::errors::GatewayError;
 use crate::ids;
 use crate::store::Store;
 use http::HeaderMap;
@@ -38,10 +38,7 @@ pub async fn authenticate(
     key.check_active(ids::now_secs())?;
     key.check_ip(ip)?;
     if let Some(rpm) = key.rec.rpm {
-        let allowed = store
-            .rate_hit(&key.rec.id, rpm, ids::now_ms())
-            .await
-            .map_err(|e| store_error(&e))?;
+        let allowed = store.rate_hit(&key.rec.id, rpm, ids::now_ms()).await?;
         if !allowed {
             return Err(GatewayError::RateLimited);
         }

@@ -50,10 +50,7 @@ pub async fn hold(
             m.apply_micros(bounds.max),
             bounds.tokens,
         );
-        match crate::billing::reserve(&gw.store, &key.rec.id, reservation_id, &ask, ttl)
-            .await
-            .map_err(|e| crate::api::store_error(&e))?
-        {
+        match crate::billing::reserve(&gw.store, &key.rec.id, reservation_id, &ask, ttl).await? {
             Err(ReserveDenied::Stale) => {
                 gw.keys.invalidate(&key.rec.id);
                 read_again = Some(gw.keys.get(&key.rec.id, &key.rec.hash).await?);

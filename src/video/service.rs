@@ -9,7 +9,6 @@ use super::poll::{open, poll_once, STATUS_BODY_LIMIT};
 use super::render;
 use super::vendors::{self, Call, Source};
 use super::{Shape, VideoRoute};
-use crate::api::store_error;
 use crate::auth::credentials::query_param;
 use crate::auth::AuthKey;
 use crate::billing::Multiplier;
@@ -314,7 +313,7 @@ async fn submit(
         // The upstream runs a task nobody will collect: refund it and say so.
         tracing::error!(request_id = %ctx.request_id, task = %t.id, error = %e, "task not stored; refunded");
         guard.settle(0).await;
-        return Err(store_error(&e));
+        return Err(e.into());
     }
     // The task owns the reservation now: it is settled when the task ends.
     guard.hand_over();
@@ -332,8 +331,7 @@ async fn current(gw: &Gateway, key: &AuthKey, id: &str) -> Result<TaskRecord, Ga
     let t = gw
         .store
         .get_task(&key.rec.id, id)
-        .await
-        .map_err(|e| store_error(&e))?
+        .await?
         .ok_or(GatewayError::TaskNotFound)?;
     if t.status.is_terminal() {
         return Ok(t);
