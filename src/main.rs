@@ -14,8 +14,9 @@ use model_gateway::store::Store;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// jemalloc: under load glibc's malloc took about 15 % of the proxy threads' CPU (arena
-/// locks, consolidation passes), and kept about 37 KiB more resident per idle stream.
+/// jemalloc: under load glibc's malloc spent a large share of the proxy threads' CPU (arena
+/// locks, consolidation passes) and kept more memory resident per idle stream (README,
+/// "Benchmarks", for the figures).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -36,7 +36,8 @@ const REQUEST_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 ];
 
-/// Store call buckets, seconds: an embedded commit is ~0.1 ms, a Redis round trip ~0.2 ms.
+/// Store call buckets, seconds: fine below a millisecond, where an embedded commit and a
+/// Redis round trip fall, up to a store that stalls.
 const STORE_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0,
 ];

@@ -124,10 +124,10 @@ async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx) {
     }
 }
 
-/// The routes whose futures are large (relay, media and realtime: 13 to 16 KiB; video)
-/// are boxed each on its own, so this one stays about 1.5 KiB and a request copies only its
-/// own route's state into the heap: held inline, the largest of them made this future
-/// 30 KiB, copied into a new box by every request.
+/// The routes whose futures are large (relay, media, realtime, video) are boxed each on
+/// its own, so this future stays small and a request copies only its own route's state
+/// into the heap: held inline, the largest of them would size this future, and every
+/// request would copy that much into a new box (README, "Benchmarks").
 async fn dispatch(
     gw: &Gateway,
     session: &mut Session,

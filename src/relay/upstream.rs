@@ -2,7 +2,7 @@
 //!
 //! Pingora re-sends a body read in `request_filter` only from its 64 KiB retry buffer,
 //! so body-routed requests are sent from here instead: header, whole body, then the
-//! response is read as it arrives (DESIGN.md, "The one Pingora fact").
+//! response is read as it arrives (README, "Architecture": why the relay drives the upstream itself).
 
 use crate::channels::{Channel, ChannelProtocol, ErrorKind};
 use crate::errors::{GatewayError, UpstreamFailure};

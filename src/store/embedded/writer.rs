@@ -429,11 +429,11 @@ const RESTART_FRAMES: i64 = 16_384;
 /// not grow without end. SQLite writes the log from its beginning again only when a
 /// write finds every frame already copied; under steady writes a checkpoint that runs
 /// beside them never gets there (frames arrive while it copies), and the log grew by
-/// every commit's pages: 640 MiB in ten seconds of small chats. So passes beside the
-/// writes copy and sync the bulk, each one what arrived during the last, and when the
-/// log is past `restart` frames, a last pass holds the writing connection and copies
-/// the few frames that arrived meanwhile (two syncs: 0.4 to 1.5 ms here, now and then a
-/// few ms; one pass beside the writes left 2 to 3 ms of it). The next commit then
+/// every commit's pages, without bound. So passes beside the writes copy and sync the
+/// bulk, each one what arrived during the last, and when the log is past `restart`
+/// frames, a last pass holds the writing connection and copies the few frames that
+/// arrived meanwhile (so the pause is two syncs of a few frames, not of the whole log).
+/// The next commit then
 /// starts the log again (unless another connection is reading the log at that moment:
 /// then the start waits for the next pause). Returns the frames in the log and the
 /// frames copied by the last pass.
@@ -475,7 +475,7 @@ const CHECKPOINT_POLL: Duration = Duration::from_millis(100);
 
 /// Commits (of a few pages each) after which a checkpoint runs without waiting for
 /// [`CHECKPOINT_EVERY`]: under steady writes the passes beside them keep up, and the
-/// log peaks near [`RESTART_FRAMES`] (a second of small chats was 130 to 190 MiB).
+/// log peaks near [`RESTART_FRAMES`] rather than growing with the commit rate.
 const CHECKPOINT_COMMITS: u64 = 1_024;
 
 /// Checkpoints until the store closes: every [`CHECKPOINT_EVERY`] when anything was
