@@ -763,6 +763,15 @@ fn the_cli_manages_groups_and_key_limits() {
         (k["budget_day_usd"].clone(), k["group"].clone()),
         (Value::Null, Value::Null)
     );
+    // A reseller's multiplier, set and cleared; a bad one names the field.
+    let (ok, k, err) = run(&["keys", "update", id, "--price-multiplier", "1.25"]);
+    assert!(ok, "{err}");
+    assert_eq!(k["price_multiplier"], json!(1.25));
+    let (ok, _, err) = run(&["keys", "update", id, "--price-multiplier", "0"]);
+    assert!(!ok && err.contains("price_multiplier"), "{err}");
+    let (ok, k, err) = run(&["keys", "update", id, "--price-multiplier", "none"]);
+    assert!(ok, "{err}");
+    assert_eq!(k["price_multiplier"], Value::Null);
     // Refusals name the field; a group its keys still name is not deleted.
     let (ok, _, err) = run(&["keys", "update", id, "--time-zone", "Mars/Olympus"]);
     assert!(!ok && err.contains("time_zone"), "{err}");
