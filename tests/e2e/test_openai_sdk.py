@@ -42,6 +42,33 @@ def test_chat_streaming_with_usage(client):
     assert chunks[-1].usage.completion_tokens == 3
 
 
+# 5 prompt tokens at 0.15 and 3 completion tokens at 0.60 USD per 1M: 2.55 micro-USD,
+# charged rounded up to the micro-USD.
+CHARGE_USD = 0.000003
+
+
+def test_a_whole_answer_carries_its_charge_in_a_header(client):
+    raw = client.chat.completions.with_raw_response.create(
+        model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert raw.headers["x-gateway-cost-usd"] == "0.000003"
+    assert raw.parse().choices[0].message.content == "Hello, world"
+
+
+def test_a_stream_carries_its_charge_in_the_usage_chunk(client):
+    chunks = list(
+        client.chat.completions.create(
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    usage = chunks[-1].usage
+    assert usage.completion_tokens == 3
+    assert (usage.model_extra or {}).get("cost_usd") == CHARGE_USD
+
+
 def test_models_list(client):
     ids = [m.id for m in client.models.list()]
     assert ids == ["gpt-4o-mini"]
