@@ -1,6 +1,7 @@
 //! Upstream channels: where a model is served, in which order channels are tried, how the
 //! model name is mapped, and how to reach the upstream.
 
+mod checks;
 pub mod credentials;
 pub mod health;
 pub mod raw;
@@ -169,58 +170,14 @@ impl Channel {
         if c.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty"));
         }
-        let protocol = ChannelProtocol::parse(&c.protocol).ok_or_else(|| {
-            let all: Vec<_> = ChannelProtocol::ALL.iter().map(|p| p.as_str()).collect();
-            invalid(
-                "protocol",
-                format!(
-                    "unknown protocol `{}`; expected one of {}",
-                    c.protocol,
-                    all.join(", ")
-                ),
-            )
-        })?;
-        let url = url::Url::parse(&c.base_url)
-            .map_err(|e| invalid("base_url", format!("not a URL: {e}")))?;
-        let tls = match url.scheme() {
-            "https" => true,
-            "http" => false,
-            s => {
-                return Err(invalid(
-                    "base_url",
-                    format!("scheme `{s}` is not http or https"),
-                ))
-            }
-        };
-        if url.query().is_some() || url.fragment().is_some() {
-            return Err(invalid("base_url", "must not have a query or fragment"));
-        }
-        let host = url
-            .host_str()
-            .ok_or_else(|| invalid("base_url", "has no host"))?
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        let port = url
-            .port_or_known_default()
-            .unwrap_or(if tls { 443 } else { 80 });
-        let path_prefix = url.path().trim_end_matches('/').to_string();
-        if c.models.is_empty() {
-            return Err(invalid("models", "must list at least one model"));
-        }
-        for (i, m) in c.models.iter().enumerate() {
-            if m.trim().is_empty() {
-                return Err(invalid(format!("models[{i}]"), "must not be empty"));
-            }
-        }
-        for from in c.model_map.keys() {
-            if !c.models.contains(from) {
-                return Err(invalid(
-                    format!("model_map.{from}"),
-                    "maps a model this channel does not list in `models`",
-                ));
-            }
-        }
+        let protocol = checks::protocol(&c.protocol)?;
+        let checks::BaseUrl {
+            tls,
+            host,
+            port,
+            path_prefix,
+        } = checks::base_url(&c.base_url)?;
+        checks::models(&c)?;
         if c.responses_api && protocol != ChannelProtocol::OpenAi {
             return Err(invalid(
                 "responses_api",
@@ -231,28 +188,9 @@ impl Channel {
             return Err(invalid("weight", "must be at least 1"));
         }
         let circuit = check_circuit(c.circuit.as_ref().unwrap_or(circuit))?;
-        let signer = signer(&c, protocol)?;
-        let secrets = match (c.api_key.is_empty(), c.api_keys.is_empty()) {
-            (true, true) => Vec::new(),
-            (false, true) => vec![c.api_key],
-            (true, false) => c.api_keys,
-            (false, false) => {
-                return Err(invalid("api_keys", "set `api_key` or `api_keys`, not both"));
-            }
-        };
-        if let Some(i) = secrets.iter().position(|k| k.trim().is_empty()) {
-            return Err(invalid(format!("api_keys[{i}]"), "must not be empty"));
-        }
-        let chat_limit_field = match c.max_tokens_field.as_deref() {
-            None | Some("max_completion_tokens") => "max_completion_tokens",
-            Some("max_tokens") if protocol == ChannelProtocol::OpenAi => "max_tokens",
-            Some(other) => {
-                return Err(invalid(
-                    "max_tokens_field",
-                    format!("`{other}`: expected `max_completion_tokens` or `max_tokens` (`openai` channels only)"),
-                ))
-            }
-        };
+        let signer = checks::signer(&c, protocol)?;
+        let secrets = checks::secrets(c.api_key, c.api_keys)?;
+        let chat_limit_field = checks::chat_limit_field(c.max_tokens_field.as_deref(), protocol)?;
         Ok(Channel {
             chat_limit_field,
             resolver: Resolver::new(host.clone(), port),
@@ -396,48 +334,6 @@ impl Channel {
 
 /// Addresses a channel keeps a shared peer for (a name resolves to a few).
 const MAX_SHARED_PEERS: usize = 16;
-
-/// The signer of a channel with a key pair: both keys or neither, and only on the video
-/// protocols whose vendors sign requests (without a pair they take `api_key` as a bearer
-/// key, e.g. behind a signing proxy).
-fn signer(c: &RawChannel, protocol: ChannelProtocol) -> Result<Option<Signer>, Invalid> {
-    let (ak, sk) = (c.access_key.trim(), c.secret_key.trim());
-    if ak.is_empty() && sk.is_empty() {
-        return Ok(None);
-    }
-    if !matches!(protocol, ChannelProtocol::VideoA | ChannelProtocol::VideoB) {
-        let field = if ak.is_empty() {
-            "secret_key"
-        } else {
-            "access_key"
-        };
-        return Err(invalid(
-            field,
-            "only `video-a` and `video-b` channels sign requests with a key pair; use `api_key`",
-        ));
-    }
-    if ak.is_empty() || sk.is_empty() {
-        let missing = if ak.is_empty() {
-            "access_key"
-        } else {
-            "secret_key"
-        };
-        return Err(invalid(
-            missing,
-            "is required with the other key of the pair",
-        ));
-    }
-    if !c.api_key.is_empty() || !c.api_keys.is_empty() {
-        return Err(invalid(
-            "api_key",
-            "a channel that signs with `access_key` and `secret_key` takes no `api_key`",
-        ));
-    }
-    Ok(Some(match protocol {
-        ChannelProtocol::VideoA => Signer::Kling(credentials::KlingJwt::new(ak, sk)),
-        _ => Signer::Volcengine(credentials::Volcengine::new(ak, sk)),
-    }))
-}
 
 /// A channel's own circuit options, or the top-level default (`circuit.…`).
 pub fn check_circuit(c: &RawCircuit) -> Result<Circuit, Invalid> {

@@ -7,14 +7,15 @@
 
 mod env;
 pub mod raw;
+mod sections;
 
-use crate::billing::{Multiplier, Price};
+use crate::billing::Price;
 use crate::channels::{Channel, ChannelProtocol};
 use crate::media::images::Families;
 use crate::redact::{self, Hidden, Secrets};
 use ipnet::IpNet;
 use raw::RawConfig;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -247,40 +248,6 @@ pub struct Config {
     pub source: Option<PathBuf>,
 }
 
-/// A channel's own prices (`channels[i].prices`) and multiplier, taken out of its raw
-/// form and validated: the price of each of its models that differs from `prices`.
-fn channel_prices(
-    path: &str,
-    c: &mut crate::channels::RawChannel,
-    prices: &BTreeMap<String, Price>,
-) -> Result<BTreeMap<String, Price>, ConfigError> {
-    let multiplier = match c.price_multiplier.take() {
-        Some(v) => {
-            Multiplier::from_f64(v).map_err(|m| err(format!("{path}.price_multiplier"), m))?
-        }
-        None => Multiplier::ONE,
-    };
-    let mut own = BTreeMap::new();
-    for (model, p) in std::mem::take(&mut c.prices) {
-        let at = format!("{path}.prices.{model}");
-        if !c.models.contains(&model) {
-            return Err(err(
-                at,
-                "prices a model this channel does not list in `models`",
-            ));
-        }
-        own.insert(model, Price::from_raw(&p).map_err(|m| err(at, m))?);
-    }
-    if multiplier != Multiplier::ONE {
-        for model in &c.models {
-            if let (false, Some(p)) = (own.contains_key(model), prices.get(model)) {
-                own.insert(model.clone(), p.scaled(multiplier));
-            }
-        }
-    }
-    Ok(own)
-}
-
 impl Config {
     /// The price `channel` bills `model` at: its own, else the top-level one.
     pub fn channel_price(&self, channel: &str, model: &str) -> Option<&Price> {
@@ -333,149 +300,23 @@ impl Config {
     }
 
     fn from_raw(raw: RawConfig, base: &Path) -> Result<Config, ConfigError> {
-        let listen = parse_addr("listen", &raw.listen)?;
-        let admin = match raw.admin {
-            None => None,
-            Some(a) => {
-                if a.token.trim().len() < 16 {
-                    return Err(err(
-                        "admin.token",
-                        "must be at least 16 characters (set it from the environment)",
-                    ));
-                }
-                Some(AdminConfig {
-                    listen: parse_addr("admin.listen", &a.listen)?,
-                    token: a.token,
-                })
-            }
-        };
-        let store = match (raw.store.embedded, raw.store.redis) {
-            (Some(e), None) => {
-                if e.path.trim().is_empty() {
-                    return Err(err("store.embedded.path", "must not be empty"));
-                }
-                let p = PathBuf::from(&e.path);
-                let path = if p.is_absolute() { p } else { base.join(p) };
-                StoreConfig::Embedded { path }
-            }
-            (None, Some(r)) => match (r.url, r.cluster) {
-                (Some(url), None) => {
-                    check_redis_url("store.redis.url", &url)?;
-                    StoreConfig::Redis {
-                        urls: vec![url],
-                        cluster: false,
-                    }
-                }
-                (None, Some(urls)) if !urls.is_empty() => {
-                    for (i, u) in urls.iter().enumerate() {
-                        check_redis_url(&format!("store.redis.cluster[{i}]"), u)?;
-                    }
-                    StoreConfig::Redis {
-                        urls,
-                        cluster: true,
-                    }
-                }
-                _ => {
-                    return Err(err(
-                        "store.redis",
-                        "set exactly one of `url` or a non-empty `cluster` list",
-                    ))
-                }
-            },
-            _ => return Err(err("store", "set exactly one of `embedded` or `redis`")),
-        };
-        let l = &raw.limits;
-        if l.max_body_bytes == 0 {
-            return Err(err("limits.max_body_bytes", "must be positive"));
-        }
-        if l.header_timeout_secs == 0 {
-            return Err(err("limits.header_timeout_secs", "must be positive"));
-        }
-        if l.max_client_connections == 0 {
-            return Err(err("limits.max_client_connections", "must be positive"));
-        }
-        if !(1024..=MAX_HEADER_BYTES_LIMIT).contains(&l.max_header_bytes) {
-            return Err(err(
-                "limits.max_header_bytes",
-                format!("must be between 1024 and {MAX_HEADER_BYTES_LIMIT}"),
-            ));
-        }
-        let mut trusted_proxies = Vec::new();
-        for (i, p) in raw.trusted_proxies.iter().enumerate() {
-            trusted_proxies.push(
-                parse_net(p).ok_or_else(|| {
-                    err(format!("trusted_proxies[{i}]"), "not a CIDR or IP address")
-                })?,
-            );
-        }
-        let mut prices = BTreeMap::new();
-        for (model, p) in &raw.prices {
-            let price = Price::from_raw(p).map_err(|m| err(format!("prices.{model}"), m))?;
-            prices.insert(model.clone(), price);
-        }
-        let f = raw.image_families;
-        let mut seen = HashSet::new();
-        for (family, models) in [
-            ("smallest", &f.smallest),
-            ("middle", &f.middle),
-            ("newest", &f.newest),
-        ] {
-            for (i, m) in models.iter().enumerate() {
-                if !seen.insert(m.clone()) {
-                    return Err(err(
-                        format!("image_families.{family}[{i}]"),
-                        format!("`{m}` is already in another family"),
-                    ));
-                }
-            }
-        }
-        let image_families = Families {
-            smallest: f.smallest,
-            middle: f.middle,
-            newest: f.newest,
-        };
+        let listen = sections::parse_addr("listen", &raw.listen)?;
+        let admin = sections::admin(raw.admin)?;
+        let store = sections::store(raw.store, base)?;
+        sections::check_limits(&raw.limits)?;
+        let trusted_proxies = sections::trusted_proxies(&raw.trusted_proxies)?;
+        let prices = sections::prices(&raw.prices)?;
+        let image_families = sections::image_families(raw.image_families)?;
         let video = VideoConfig::from_raw(raw.video)?;
-        let log_format = match raw.log.format.as_deref() {
-            None | Some("text") => LogFormat::Text,
-            Some("json") => LogFormat::Json,
-            Some(other) => {
-                return Err(err(
-                    "log.format",
-                    format!("`{other}`: expected `text` or `json`"),
-                ))
-            }
-        };
+        let log_format = sections::log_format(raw.log.format.as_deref())?;
         let telemetry = Telemetry::from_raw(raw.telemetry)?;
-        if crate::store::policy::time_zone(&raw.limits.time_zone).is_none() {
-            return Err(err(
-                "limits.time_zone",
-                "is not a time zone this build knows (an IANA name such as `Europe/Paris`, or `UTC`)",
-            ));
-        }
+        sections::check_time_zone(&raw.limits.time_zone)?;
         if raw.upgrade_sock.trim().is_empty() {
             return Err(err("upgrade_sock", "must not be empty"));
         }
         crate::channels::check_circuit(&raw.circuit).map_err(|e| err(e.field, e.message))?;
-        let mut names = HashSet::new();
-        let mut channels = Vec::new();
-        let mut channel_prices_of = BTreeMap::new();
-        for (i, c) in raw.channels.into_iter().enumerate() {
-            let path = format!("channels[{i}]");
-            if !names.insert(c.name.clone()) {
-                return Err(err(
-                    format!("{path}.name"),
-                    format!("duplicate channel name `{}`", c.name),
-                ));
-            }
-            let mut c = c;
-            let own = channel_prices(&path, &mut c, &prices)?;
-            let channel = Channel::from_raw(c, &raw.circuit)
-                .map_err(|e| err(format!("{path}.{}", e.field), e.message))?;
-            if !own.is_empty() {
-                channel_prices_of.insert(channel.name.clone(), own);
-            }
-            channels.push(Arc::new(channel));
-        }
+        let (channels, channel_prices_of) =
+            sections::channels(raw.channels, &raw.circuit, &prices)?;
         let secrets = Secrets::new(
             channels
                 .iter()
@@ -487,19 +328,7 @@ impl Config {
             listen,
             admin,
             store,
-            limits: Limits {
-                max_body_bytes: raw.limits.max_body_bytes,
-                max_response_bytes: raw.limits.max_response_bytes,
-                reservation_ttl_secs: raw.limits.reservation_ttl_secs.max(60),
-                shutdown_grace: std::time::Duration::from_secs(raw.limits.shutdown_grace_secs),
-                header_timeout: Duration::from_secs(raw.limits.header_timeout_secs),
-                body_timeout: Duration::from_secs(raw.limits.body_timeout_secs.max(1)),
-                idle_keepalive: (raw.limits.idle_keepalive_secs > 0)
-                    .then(|| Duration::from_secs(raw.limits.idle_keepalive_secs)),
-                max_client_connections: raw.limits.max_client_connections,
-                max_header_bytes: raw.limits.max_header_bytes,
-                time_zone: raw.limits.time_zone,
-            },
+            limits: sections::limits(raw.limits),
             trusted_proxies,
             threads: raw.threads,
             key_cache_ttl: Duration::from_secs(raw.key_cache_ttl_secs),
@@ -518,26 +347,6 @@ impl Config {
     /// Protocols a channel may declare.
     pub fn protocols() -> &'static [ChannelProtocol] {
         ChannelProtocol::ALL
-    }
-}
-
-fn parse_addr(path: &str, s: &str) -> Result<SocketAddr, ConfigError> {
-    s.parse().map_err(|e| {
-        err(
-            path,
-            format!("`{s}` is not an address like 127.0.0.1:8080: {e}"),
-        )
-    })
-}
-
-fn check_redis_url(path: &str, u: &str) -> Result<(), ConfigError> {
-    let ok = ["redis://", "rediss://", "redis+unix://", "unix://"]
-        .iter()
-        .any(|p| u.starts_with(p));
-    if ok {
-        Ok(())
-    } else {
-        Err(err(path, "must start with redis://, rediss:// or unix://"))
     }
 }
 

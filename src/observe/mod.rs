@@ -109,123 +109,225 @@ fn histograms(
     values.iter().map(|l| v.with_label_values(&[l])).collect()
 }
 
+/// The requests answered and being served: counts, latencies by route, open streams.
+struct Traffic {
+    requests: IntCounterVec,
+    duration: Vec<Histogram>,
+    ttfb: Vec<Histogram>,
+    in_flight: IntGauge,
+    streams: IntGauge,
+    websockets: IntGauge,
+}
+
+/// Registers the request metrics, the latency histograms resolved for every route.
+fn traffic_metrics(r: &Registry) -> Traffic {
+    Traffic {
+        requests: counter_vec(
+            r,
+            "mg_requests_total",
+            "Requests answered, by route, client protocol, model, channel and status.",
+            &["route", "protocol", "model", "channel", "status"],
+        ),
+        duration: histograms(
+            r,
+            "mg_request_duration_seconds",
+            "Time from a request's arrival to the end of its answer, by route.",
+            "route",
+            labels::ROUTES,
+            REQUEST_BUCKETS,
+        ),
+        ttfb: histograms(
+            r,
+            "mg_time_to_first_byte_seconds",
+            "Time from a request's arrival to the first byte of its answer's body, by route.",
+            "route",
+            labels::ROUTES,
+            REQUEST_BUCKETS,
+        ),
+        in_flight: gauge(r, "mg_requests_in_flight", "Requests being served."),
+        streams: gauge(r, "mg_open_streams", "Streamed answers being relayed."),
+        websockets: gauge(
+            r,
+            "mg_websocket_sessions",
+            "Realtime WebSocket sessions open (handshakes included).",
+        ),
+    }
+}
+
+/// What requests are billed and what this instance holds in reservations.
+struct Billing {
+    tokens: IntCounterVec,
+    cost: IntCounterVec,
+    overruns: IntCounterVec,
+    overrun_cost: IntCounterVec,
+    reservations: IntGauge,
+    reserved: IntGauge,
+}
+
+/// Registers the billing metrics: tokens and cost by model, overruns, reservations held.
+fn billing_metrics(r: &Registry) -> Billing {
+    Billing {
+        tokens: counter_vec(
+            r,
+            "mg_tokens_total",
+            "Tokens billed, by model and kind (input, output, cached_input).",
+            &["model", "kind"],
+        ),
+        cost: counter_vec(
+            r,
+            "mg_cost_micro_usd_total",
+            "Micro-USD charged to keys, by model and source (exact: the upstream's usage; estimated: counted by the gateway).",
+            &["model", "source"],
+        ),
+        overruns: counter_vec(
+            r,
+            "mg_overruns_total",
+            "Answers that cost more than their reservation (the excess is recorded, not charged), by model.",
+            &["model"],
+        ),
+        overrun_cost: counter_vec(
+            r,
+            "mg_overrun_micro_usd_total",
+            "Micro-USD beyond reservations, recorded and not charged, by model.",
+            &["model"],
+        ),
+        reservations: gauge(
+            r,
+            "mg_reservations_held",
+            "Reservations this instance holds for requests in flight.",
+        ),
+        reserved: gauge(
+            r,
+            "mg_reserved_micro_usd",
+            "Micro-USD this instance holds in reservations for requests in flight.",
+        ),
+    }
+}
+
+/// How the store's calls went: latency and failures by operation.
+struct StoreCalls {
+    store_seconds: Vec<Histogram>,
+    store_errors: IntCounterVec,
+}
+
+/// Registers the store metrics, the latency histograms resolved for every operation.
+fn store_metrics(r: &Registry) -> StoreCalls {
+    StoreCalls {
+        store_seconds: histograms(
+            r,
+            "mg_store_operation_seconds",
+            "Store call latency, by operation.",
+            "op",
+            store::OPS,
+            STORE_BUCKETS,
+        ),
+        store_errors: counter_vec(
+            r,
+            "mg_store_errors_total",
+            "Store calls that failed, by operation and kind (unavailable, conflict, internal).",
+            &["op", "kind"],
+        ),
+    }
+}
+
+/// The configuration reloads and which configuration runs.
+struct Reloads {
+    reloads: IntCounterVec,
+    generation: IntGauge,
+}
+
+/// Registers the configuration metrics: reloads by result, and the generation.
+fn reload_metrics(r: &Registry) -> Reloads {
+    Reloads {
+        reloads: counter_vec(
+            r,
+            "mg_config_reloads_total",
+            "Configuration reloads, by result (ok, invalid).",
+            &["result"],
+        ),
+        generation: gauge(
+            r,
+            "mg_config_generation",
+            "How many configurations this process has run (1 at start, +1 per successful reload).",
+        ),
+    }
+}
+
+/// Registers the count of request traces the exporter's full queue dropped.
+fn spans_dropped(r: &Registry) -> IntCounter {
+    let c = IntCounter::new(
+        "mg_trace_spans_dropped_total",
+        "Request traces dropped because the exporter's queue was full.",
+    )
+    .expect("metric definition");
+    r.register(Box::new(c.clone()))
+        .expect("metric registered once");
+    c
+}
+
+/// Registers `mg_build_info`: always 1, the running version in its label.
+fn build_info(r: &Registry) {
+    let info = IntGauge::with_opts(
+        Opts::new("mg_build_info", "The running version.")
+            .const_label("version", env!("CARGO_PKG_VERSION")),
+    )
+    .expect("metric definition");
+    info.set(1);
+    r.register(Box::new(info)).expect("metric registered once");
+}
+
 impl Observer {
     /// Start-up only: the metric definitions are constants, so a failure here is a bug.
     pub fn new(config: &Config) -> Observer {
         let r = Registry::new();
-        let routes = labels::ROUTES;
+        let Traffic {
+            requests,
+            duration,
+            ttfb,
+            in_flight,
+            streams,
+            websockets,
+        } = traffic_metrics(&r);
+        let Billing {
+            tokens,
+            cost,
+            overruns,
+            overrun_cost,
+            reservations,
+            reserved,
+        } = billing_metrics(&r);
+        let StoreCalls {
+            store_seconds,
+            store_errors,
+        } = store_metrics(&r);
+        let Reloads {
+            reloads,
+            generation,
+        } = reload_metrics(&r);
         let o = Observer {
-            requests: counter_vec(
-                &r,
-                "mg_requests_total",
-                "Requests answered, by route, client protocol, model, channel and status.",
-                &["route", "protocol", "model", "channel", "status"],
-            ),
-            duration: histograms(
-                &r,
-                "mg_request_duration_seconds",
-                "Time from a request's arrival to the end of its answer, by route.",
-                "route",
-                routes,
-                REQUEST_BUCKETS,
-            ),
-            ttfb: histograms(
-                &r,
-                "mg_time_to_first_byte_seconds",
-                "Time from a request's arrival to the first byte of its answer's body, by route.",
-                "route",
-                routes,
-                REQUEST_BUCKETS,
-            ),
-            in_flight: gauge(&r, "mg_requests_in_flight", "Requests being served."),
-            streams: gauge(&r, "mg_open_streams", "Streamed answers being relayed."),
-            websockets: gauge(
-                &r,
-                "mg_websocket_sessions",
-                "Realtime WebSocket sessions open (handshakes included).",
-            ),
-            tokens: counter_vec(
-                &r,
-                "mg_tokens_total",
-                "Tokens billed, by model and kind (input, output, cached_input).",
-                &["model", "kind"],
-            ),
-            cost: counter_vec(
-                &r,
-                "mg_cost_micro_usd_total",
-                "Micro-USD charged to keys, by model and source (exact: the upstream's usage; estimated: counted by the gateway).",
-                &["model", "source"],
-            ),
-            overruns: counter_vec(
-                &r,
-                "mg_overruns_total",
-                "Answers that cost more than their reservation (the excess is recorded, not charged), by model.",
-                &["model"],
-            ),
-            overrun_cost: counter_vec(
-                &r,
-                "mg_overrun_micro_usd_total",
-                "Micro-USD beyond reservations, recorded and not charged, by model.",
-                &["model"],
-            ),
-            reservations: gauge(
-                &r,
-                "mg_reservations_held",
-                "Reservations this instance holds for requests in flight.",
-            ),
-            reserved: gauge(
-                &r,
-                "mg_reserved_micro_usd",
-                "Micro-USD this instance holds in reservations for requests in flight.",
-            ),
-            store_seconds: histograms(
-                &r,
-                "mg_store_operation_seconds",
-                "Store call latency, by operation.",
-                "op",
-                store::OPS,
-                STORE_BUCKETS,
-            ),
-            store_errors: counter_vec(
-                &r,
-                "mg_store_errors_total",
-                "Store calls that failed, by operation and kind (unavailable, conflict, internal).",
-                &["op", "kind"],
-            ),
-            reloads: counter_vec(
-                &r,
-                "mg_config_reloads_total",
-                "Configuration reloads, by result (ok, invalid).",
-                &["result"],
-            ),
-            generation: gauge(
-                &r,
-                "mg_config_generation",
-                "How many configurations this process has run (1 at start, +1 per successful reload).",
-            ),
-            spans_dropped: {
-                let c = IntCounter::new(
-                    "mg_trace_spans_dropped_total",
-                    "Request traces dropped because the exporter's queue was full.",
-                )
-                .expect("metric definition");
-                r.register(Box::new(c.clone())).expect("metric registered once");
-                c
-            },
+            requests,
+            duration,
+            ttfb,
+            in_flight,
+            streams,
+            websockets,
+            tokens,
+            cost,
+            overruns,
+            overrun_cost,
+            reservations,
+            reserved,
+            store_seconds,
+            store_errors,
+            reloads,
+            generation,
+            spans_dropped: spans_dropped(&r),
             known: ArcSwap::from_pointee(Known::default()),
             stopping: AtomicBool::new(false),
             tracer: config.telemetry.as_ref().map(trace::Tracer::new),
             registry: r,
         };
-        let info = IntGauge::with_opts(
-            Opts::new("mg_build_info", "The running version.")
-                .const_label("version", env!("CARGO_PKG_VERSION")),
-        )
-        .expect("metric definition");
-        info.set(1);
-        o.registry
-            .register(Box::new(info))
-            .expect("metric registered once");
+        build_info(&o.registry);
         o.adopt(config);
         o
     }

@@ -11,7 +11,7 @@ use super::vendors::{self, Call, Source};
 use super::{Shape, VideoRoute};
 use crate::auth::credentials::query_param;
 use crate::auth::AuthKey;
-use crate::billing::Multiplier;
+use crate::billing::{Multiplier, ReservationGuard};
 use crate::channels::{Channel, ChannelProtocol};
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
@@ -22,6 +22,7 @@ use crate::relay::{body, exchange, meter};
 use crate::request::Ctx;
 use crate::request::{response_header, Answer, LiveAnswer};
 use crate::store::tasks::{TaskRecord, TaskRef, TaskStatus};
+use crate::store::Micros;
 use async_trait::async_trait;
 use bytes::Bytes;
 use pingora::proxy::Session;
@@ -170,59 +171,11 @@ async fn submit(
         rec.model = job.model.clone();
     }
     key.check_model(&job.model)?;
-    let served: Vec<Arc<Channel>> = gw
-        .router
-        .candidates(&job.model)
-        .into_iter()
-        .filter(|c| video_channel(c.protocol))
-        .collect();
-    if served.is_empty() {
-        return Err(GatewayError::ModelNotFound(job.model));
-    }
     let v = &gw.config.video;
-    // What each channel can be asked, decided before anything is reserved: a request
-    // no channel can express is a 400 naming the field.
-    let mut first_unfit = None;
-    let candidates: Vec<(Arc<Channel>, vendors::Plan)> = served
-        .into_iter()
-        .filter_map(
-            |c| match vendors::plan(c.protocol, &job, v.default_seconds) {
-                Ok(plan) => Some((c, plan)),
-                Err(unfit) => {
-                    first_unfit.get_or_insert(unfit);
-                    None
-                }
-            },
-        )
-        .collect();
-    if candidates.is_empty() {
-        let unfit = first_unfit.ok_or_else(|| {
-            GatewayError::internal("planning the video job: no channel fit it and none said why")
-        })?;
-        return Err(GatewayError::bad_request(Some(unfit.param), unfit.message));
-    }
+    let candidates = plan_candidates(gw, &job)?;
     let channels_asked: Vec<Arc<Channel>> = candidates.iter().map(|(c, _)| c.clone()).collect();
-    let price = gw
-        .config
-        .price_over(&job.model, &channels_asked)
-        .filter(|p| p.per_second_micros.is_some())
-        .ok_or_else(|| GatewayError::ModelNotPriced(job.model.clone()))?;
-    // The dearest length any candidate would be asked for.
-    let seconds = candidates
-        .iter()
-        .map(|(_, plan)| plan.seconds)
-        .fold(0.0, f64::max);
-    let worst = price
-        .video(seconds, job.n)
-        .ok_or_else(|| GatewayError::ModelNotPriced(job.model.clone()))?
-        .max(1);
-    let id = format!(
-        "task_{}",
-        // ring's error is a unit: it says only that the system's random source failed.
-        crate::auth::keys::random_base62(32).map_err(|_| {
-            GatewayError::internal("generating a task id: the system random source failed")
-        })?
-    );
+    let worst = worst_cost(gw, &job, &candidates, &channels_asked)?;
+    let id = new_task_id()?;
     let now = ids::now_secs();
     let timeout = v.task_timeout.as_secs();
     let ttl = timeout + RESERVATION_MARGIN_SECS;
@@ -234,57 +187,8 @@ async fn submit(
     let mut guard = exchange::hold(gw, key, &id, bounds, ttl).await?;
 
     let channels = channels_asked;
-    // The detail the task must remember, and the length asked, of the channel called last.
-    let mut asked: Option<(String, f64)> = None;
-    let answered = exchange::first_answer(gw, ctx, &http::HeaderMap::new(), &channels, |c, _| {
-        let Some((_, plan)) = candidates.iter().find(|(p, _)| p.name == c.name) else {
-            return Ok(None);
-        };
-        let upstream_model = c.upstream_model(&job.model);
-        Ok(
-            vendors::submit(c.protocol, &job, plan, upstream_model).map(|(call, kind)| {
-                asked = Some((kind, plan.seconds));
-                meter::Call {
-                    method: call.method,
-                    path: call.path,
-                    body: call.body,
-                    content_type: call.content_type,
-                    stream: false,
-                }
-            }),
-        )
-    })
-    .await;
-    let mut ex = match answered {
-        Ok(ex) => ex,
-        Err(e) => {
-            guard.settle(0).await;
-            return Err(e);
-        }
-    };
-    let (kind, seconds) = asked.ok_or_else(|| {
-        GatewayError::internal("reading what was asked of the video channel that answered")
-    })?;
-    let channel = ex.channel.clone();
-    let answer = ex.body(STATUS_BODY_LIMIT).await;
-    ex.finish(gw).await;
-    let upstream_id = match answer.map(|a| (vendors::submitted(channel.protocol, &a[..]), a)) {
-        Ok((vendors::Submitted::Task(id), _)) => id,
-        Ok((refused, answer)) => {
-            tracing::warn!(request_id = %ctx.request_id, channel = %channel.name,
-                body = %gw.config.secrets.body(&answer),
-                "video submission refused or not understood");
-            guard.settle(0).await;
-            return Err(GatewayError::Upstream(match refused {
-                vendors::Submitted::Refused(status) => UpstreamFailure::Status(status),
-                _ => UpstreamFailure::BadResponse,
-            }));
-        }
-        Err(e) => {
-            guard.settle(0).await;
-            return Err(e);
-        }
-    };
+    let (ex, kind, seconds) = send_job(gw, ctx, &job, &candidates, &channels, &mut guard).await?;
+    let (channel, upstream_id) = upstream_task_id(gw, ctx, ex, &mut guard).await?;
     let t = TaskRecord {
         id: id.clone(),
         key_id: key.rec.id.clone(),
@@ -308,8 +212,175 @@ async fn submit(
         result: None,
         error: None,
     };
-    let due = ids::now_ms() + v.poll_interval.as_millis() as i64;
-    if let Err(e) = gw.store.create_task(&t, due).await {
+    store_task(gw, ctx, &mut guard, &t).await?;
+    let body = match shape {
+        Shape::Videos => render::job_record(&t),
+        Shape::VideoB => render::video_b(serde_json::json!({"task_id": t.id}), &ctx.request_id),
+        _ => render::submitted(&t),
+    };
+    Ok(Answer::json(200, body.to_string().into_bytes()))
+}
+
+/// The video channels serving the job's model, each with what it would be asked, decided
+/// before anything is reserved: a request no channel can express is a 400 naming the field.
+fn plan_candidates(
+    gw: &Gateway,
+    job: &VideoJob,
+) -> Result<Vec<(Arc<Channel>, vendors::Plan)>, GatewayError> {
+    let served: Vec<Arc<Channel>> = gw
+        .router
+        .candidates(&job.model)
+        .into_iter()
+        .filter(|c| video_channel(c.protocol))
+        .collect();
+    if served.is_empty() {
+        return Err(GatewayError::ModelNotFound(job.model.clone()));
+    }
+    let v = &gw.config.video;
+    let mut first_unfit = None;
+    let candidates: Vec<(Arc<Channel>, vendors::Plan)> = served
+        .into_iter()
+        .filter_map(
+            |c| match vendors::plan(c.protocol, job, v.default_seconds) {
+                Ok(plan) => Some((c, plan)),
+                Err(unfit) => {
+                    first_unfit.get_or_insert(unfit);
+                    None
+                }
+            },
+        )
+        .collect();
+    if candidates.is_empty() {
+        let unfit = first_unfit.ok_or_else(|| {
+            GatewayError::internal("planning the video job: no channel fit it and none said why")
+        })?;
+        return Err(GatewayError::bad_request(Some(unfit.param), unfit.message));
+    }
+    Ok(candidates)
+}
+
+/// What the task reserves: the job at its dearest price over the channels asked, and at
+/// the dearest length any candidate would be asked for (at least one micro).
+fn worst_cost(
+    gw: &Gateway,
+    job: &VideoJob,
+    candidates: &[(Arc<Channel>, vendors::Plan)],
+    channels_asked: &[Arc<Channel>],
+) -> Result<Micros, GatewayError> {
+    let price = gw
+        .config
+        .price_over(&job.model, channels_asked)
+        .filter(|p| p.per_second_micros.is_some())
+        .ok_or_else(|| GatewayError::ModelNotPriced(job.model.clone()))?;
+    // The dearest length any candidate would be asked for.
+    let seconds = candidates
+        .iter()
+        .map(|(_, plan)| plan.seconds)
+        .fold(0.0, f64::max);
+    let worst = price
+        .video(seconds, job.n)
+        .ok_or_else(|| GatewayError::ModelNotPriced(job.model.clone()))?
+        .max(1);
+    Ok(worst)
+}
+
+/// A new task's id, which is also its reservation's.
+fn new_task_id() -> Result<String, GatewayError> {
+    Ok(format!(
+        "task_{}",
+        // ring's error is a unit: it says only that the system's random source failed.
+        crate::auth::keys::random_base62(32).map_err(|_| {
+            GatewayError::internal("generating a task id: the system random source failed")
+        })?
+    ))
+}
+
+/// Sends the job to the first channel that answers, in its vendor's terms. Returns the
+/// exchange with the detail the task must remember and the length asked of that channel;
+/// the reservation is released when no channel answers.
+async fn send_job(
+    gw: &Gateway,
+    ctx: &mut Ctx,
+    job: &VideoJob,
+    candidates: &[(Arc<Channel>, vendors::Plan)],
+    channels: &[Arc<Channel>],
+    guard: &mut ReservationGuard,
+) -> Result<(Exchange, String, f64), GatewayError> {
+    // The detail the task must remember, and the length asked, of the channel called last.
+    let mut asked: Option<(String, f64)> = None;
+    let answered = exchange::first_answer(gw, ctx, &http::HeaderMap::new(), channels, |c, _| {
+        let Some((_, plan)) = candidates.iter().find(|(p, _)| p.name == c.name) else {
+            return Ok(None);
+        };
+        let upstream_model = c.upstream_model(&job.model);
+        Ok(
+            vendors::submit(c.protocol, job, plan, upstream_model).map(|(call, kind)| {
+                asked = Some((kind, plan.seconds));
+                meter::Call {
+                    method: call.method,
+                    path: call.path,
+                    body: call.body,
+                    content_type: call.content_type,
+                    stream: false,
+                }
+            }),
+        )
+    })
+    .await;
+    let ex = match answered {
+        Ok(ex) => ex,
+        Err(e) => {
+            guard.settle(0).await;
+            return Err(e);
+        }
+    };
+    let (kind, seconds) = asked.ok_or_else(|| {
+        GatewayError::internal("reading what was asked of the video channel that answered")
+    })?;
+    Ok((ex, kind, seconds))
+}
+
+/// The channel that answered and the id it gave the task. A refusal, or an answer that
+/// is not understood or not read, releases the reservation.
+async fn upstream_task_id(
+    gw: &Gateway,
+    ctx: &Ctx,
+    mut ex: Exchange,
+    guard: &mut ReservationGuard,
+) -> Result<(Arc<Channel>, String), GatewayError> {
+    let channel = ex.channel.clone();
+    let answer = ex.body(STATUS_BODY_LIMIT).await;
+    ex.finish(gw).await;
+    let upstream_id = match answer.map(|a| (vendors::submitted(channel.protocol, &a[..]), a)) {
+        Ok((vendors::Submitted::Task(id), _)) => id,
+        Ok((refused, answer)) => {
+            tracing::warn!(request_id = %ctx.request_id, channel = %channel.name,
+                body = %gw.config.secrets.body(&answer),
+                "video submission refused or not understood");
+            guard.settle(0).await;
+            return Err(GatewayError::Upstream(match refused {
+                vendors::Submitted::Refused(status) => UpstreamFailure::Status(status),
+                _ => UpstreamFailure::BadResponse,
+            }));
+        }
+        Err(e) => {
+            guard.settle(0).await;
+            return Err(e);
+        }
+    };
+    Ok((channel, upstream_id))
+}
+
+/// Stores the task for the poller, which then owns the reservation (settled when the task
+/// ends). A task that cannot be stored is refunded: nobody would collect it.
+async fn store_task(
+    gw: &Gateway,
+    ctx: &Ctx,
+    guard: &mut ReservationGuard,
+    t: &TaskRecord,
+) -> Result<(), GatewayError> {
+    let due = ids::now_ms() + gw.config.video.poll_interval.as_millis() as i64;
+    if let Err(e) = gw.store.create_task(t, due).await {
         // The upstream runs a task nobody will collect: refund it and say so.
         tracing::error!(request_id = %ctx.request_id, task = %t.id, error = %e, "task not stored; refunded");
         guard.settle(0).await;
@@ -318,12 +389,7 @@ async fn submit(
     // The task owns the reservation now: it is settled when the task ends.
     guard.hand_over();
     tracing::info!(request_id = %ctx.request_id, task = %t.id, channel = %t.channel, "video task submitted");
-    let body = match shape {
-        Shape::Videos => render::job_record(&t),
-        Shape::VideoB => render::video_b(serde_json::json!({"task_id": t.id}), &ctx.request_id),
-        _ => render::submitted(&t),
-    };
-    Ok(Answer::json(200, body.to_string().into_bytes()))
+    Ok(())
 }
 
 /// The caller's task, refreshed first when a poll is due and nobody else is on it.

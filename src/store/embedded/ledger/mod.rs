@@ -33,7 +33,7 @@
 use super::counters::Counters;
 use super::figures::{Detail, Figures, GroupFigures, On};
 use super::Clock;
-use crate::store::policy::{Ask, Limit, LimitKind, PeriodKind, Periods, Policy, Standing};
+use crate::store::policy::{Ask, Limit, LimitKind, Periods, Standing};
 use crate::store::recent::RecentIds;
 use crate::store::{KeyStatus, Micros, Reservation, ReserveDenied, SETTLED_KEEP_SECS};
 use parking_lot::Mutex;
@@ -42,6 +42,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 mod accounts;
+mod checks;
+
+use checks::{key_refusal, money, rate_refusal, Grant};
 
 /// Reservations that must survive a restart: those of video tasks.
 pub fn durable(reservation_id: &str) -> bool {
@@ -246,17 +249,11 @@ impl Ledger {
             return Decision::Granted(r, false);
         }
         let f = &a.figures;
-        if f.status != KeyStatus::Enabled {
-            return Decision::Denied(ReserveDenied::Disabled);
-        }
-        if f.expires_at.is_some_and(|t| now >= t) {
-            return Decision::Denied(ReserveDenied::Expired);
-        }
-        if f.group.as_deref() != ask.group.as_ref().map(|g| g.id.as_str()) {
-            return Decision::Denied(ReserveDenied::Stale);
+        if let Err(why) = key_refusal(f, ask, now) {
+            return Decision::Denied(why);
         }
         let group_denied = Decision::Denied(ReserveDenied::Limit(Limit::group(LimitKind::Group)));
-        let mut group = match (&f.group, &ask.group) {
+        let group = match (&f.group, &ask.group) {
             (Some(id), Some(ga)) => match b.groups.get_mut(id) {
                 None => return Decision::NotLoaded,
                 Some(g) => match &g.figures {
@@ -266,118 +263,20 @@ impl Ledger {
             },
             _ => None,
         };
-
-        // Money: the least left under every money limit, the first short one refuses.
-        let mut grant = ask.max;
-        let mut short = None;
-        let mut fit = |left: Micros, why: ReserveDenied| {
-            if left < ask.min && short.is_none() {
-                short = Some(why);
-            }
-            grant = grant.min(left);
+        let grant = match money(f, &a.c, group.as_ref().map(|(g, ga)| (&**g, *ga)), ask) {
+            Ok(grant) => grant,
+            Err(why) => return Decision::Denied(why),
         };
-        if let Some(limit) = f.limit {
-            fit(limit - f.used - a.c.held, ReserveDenied::QuotaExhausted);
-        }
-        let mut key_labels = Vec::new();
-        budgets(
-            &f.policy,
-            &ask.periods,
-            &a.c,
-            &mut key_labels,
-            |left, kind| {
-                fit(
-                    left,
-                    ReserveDenied::Limit(Limit::key(LimitKind::Budget(kind))),
-                )
-            },
-        );
-        let mut group_labels = Vec::new();
-        if let Some((g, ga)) = &group {
-            let gf = g.figures.as_ref().expect("checked above");
-            if let Some(limit) = gf.limit {
-                fit(
-                    limit - gf.used - g.c.held,
-                    ReserveDenied::Limit(Limit::group(LimitKind::Quota)),
-                );
-            }
-            budgets(
-                &gf.policy,
-                &ga.periods,
-                &g.c,
-                &mut group_labels,
-                |left, kind| {
-                    fit(
-                        left,
-                        ReserveDenied::Limit(Limit::group(LimitKind::Budget(kind))),
-                    )
-                },
-            );
-        }
-        if let Some(why) = short {
-            return Decision::Denied(why);
-        }
-
-        // Tokens this minute, all or nothing; then requests in flight.
         let minute = ask.minute();
-        let group_policy = group
-            .as_ref()
-            .map(|(g, _)| (&g.figures.as_ref().expect("checked above").policy, &g.c));
-        let refuse = |l: Limit| Decision::Denied(ReserveDenied::Limit(l));
-        if let Some(tpm) = f.policy.tpm {
-            if a.c.tokens(minute).saturating_add(ask.tokens) > tpm {
-                return refuse(Limit::key(LimitKind::Tpm));
-            }
-        }
-        if let Some((Some(tpm), c)) = group_policy.map(|(p, c)| (p.tpm, c)) {
-            if c.tokens(minute).saturating_add(ask.tokens) > tpm {
-                return refuse(Limit::group(LimitKind::Tpm));
-            }
-        }
-        if let Some(most) = f.policy.max_concurrent.filter(|_| ask.in_flight) {
-            if a.c.in_flight >= most {
-                return refuse(Limit::key(LimitKind::Concurrent));
-            }
-        }
-        if let Some((Some(most), c)) = group_policy
-            .filter(|_| ask.in_flight)
-            .map(|(p, c)| (p.max_concurrent, c))
-        {
-            if c.in_flight >= most {
-                return refuse(Limit::group(LimitKind::Concurrent));
-            }
+        if let Err(l) = rate_refusal(f, &a.c, group.as_ref().map(|(g, _)| &**g), ask, minute) {
+            return Decision::Denied(ReserveDenied::Limit(l));
         }
 
         // Granted: held on every counter, remembered by the hold.
-        let amount = grant;
-        let on = if key_labels.is_empty() && group.is_none() {
-            None
-        } else {
-            Some(Box::new(On {
-                key: key_labels,
-                group: f.group.clone(),
-                group_periods: group_labels,
-            }))
-        };
-        let key_on = on.as_deref().map_or(&[][..], |o| &o.key[..]);
-        a.c.hold(key_on, amount, now, ask.in_flight);
-        a.c.add_tokens(minute, ask.tokens);
-        if let (Some((g, _)), Some(on)) = (&mut group, on.as_deref()) {
-            g.c.hold(&on.group_periods, amount, now, ask.in_flight);
-            g.c.add_tokens(minute, ask.tokens);
-        }
-        let expires = now.saturating_add(ttl_secs.min(i64::MAX as u64) as i64);
-        a.holds.insert(
-            rid.to_string(),
-            Hold {
-                amount,
-                expires,
-                tokens: ask.tokens,
-                minute,
-                on,
-                counted: ask.in_flight,
-            },
-        );
+        let amount = grant.amount;
+        let hold = hold(a, group.map(|(g, _)| g), ask, grant, now, minute, ttl_secs);
+        let expires = hold.expires;
+        a.holds.insert(rid.to_string(), hold);
         b.next_expiry = b.next_expiry.min(expires);
         self.live.fetch_add(1, Ordering::Relaxed);
         let r = Reservation {
@@ -536,25 +435,41 @@ impl Ledger {
     }
 }
 
-/// Checks each budget of `policy` against its period's counter: `fit(left, kind)`, and
-/// notes the label (with its period's end) the hold will be on.
-fn budgets(
-    policy: &Policy,
-    periods: &Periods,
-    c: &Counters,
-    labels: &mut Vec<(String, i64)>,
-    mut fit: impl FnMut(Micros, PeriodKind),
-) {
-    if policy.budget_day.is_none() && policy.budget_week.is_none() && policy.budget_month.is_none()
-    {
-        return;
+/// Holds a granted reserve on the key's counters and its group's (money, tokens, place
+/// in flight); returns the hold, which remembers what it is on for its release.
+fn hold(
+    a: &mut Account,
+    group: Option<&mut GroupAccount>,
+    ask: &Ask,
+    grant: Grant,
+    now: i64,
+    minute: i64,
+    ttl_secs: u64,
+) -> Hold {
+    let amount = grant.amount;
+    let on = if grant.key_labels.is_empty() && group.is_none() {
+        None
+    } else {
+        Some(Box::new(On {
+            key: grant.key_labels,
+            group: a.figures.group.clone(),
+            group_periods: grant.group_labels,
+        }))
+    };
+    let key_on = on.as_deref().map_or(&[][..], |o| &o.key[..]);
+    a.c.hold(key_on, amount, now, ask.in_flight);
+    a.c.add_tokens(minute, ask.tokens);
+    if let (Some(g), Some(on)) = (group, on.as_deref()) {
+        g.c.hold(&on.group_periods, amount, now, ask.in_flight);
+        g.c.add_tokens(minute, ask.tokens);
     }
-    for kind in PeriodKind::ALL {
-        if let Some(budget) = policy.budget(kind) {
-            let p = periods.get(kind);
-            let label = p.label();
-            fit(budget - c.spent(&label), kind);
-            labels.push((label, p.end));
-        }
+    let expires = now.saturating_add(ttl_secs.min(i64::MAX as u64) as i64);
+    Hold {
+        amount,
+        expires,
+        tokens: ask.tokens,
+        minute,
+        on,
+        counted: ask.in_flight,
     }
 }
