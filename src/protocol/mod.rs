@@ -9,6 +9,7 @@ pub mod chat;
 mod cost;
 pub mod gemini;
 pub mod ir;
+pub mod limit;
 pub mod messages;
 pub mod responses;
 pub mod shallow;
@@ -326,6 +327,50 @@ pub fn parse_request(client: Protocol, body: &[u8]) -> Result<Value, Invalid> {
         Protocol::Responses => responses::validate(&v)?,
     }
     Ok(v)
+}
+
+/// The output limit the client asked for, by its protocol's rule (`None`: it named none).
+pub fn output_limit(p: Protocol, body: &Value) -> Option<u64> {
+    match p {
+        Protocol::Chat => chat::wire::output_limit(body),
+        Protocol::Messages => body.as_object().and_then(messages::wire::output_limit),
+        Protocol::Gemini => gemini::wire::output_limit(body),
+        Protocol::Responses => body.as_object().and_then(responses::wire::output_limit),
+    }
+}
+
+/// How many answers the request asks for (each is billed, so each is reserved).
+pub fn choices(p: Protocol, body: &Value) -> u64 {
+    match p {
+        Protocol::Chat => chat::wire::choices(body),
+        Protocol::Gemini => gemini::wire::choices(body),
+        Protocol::Messages | Protocol::Responses => 1,
+    }
+}
+
+/// Lowers (never raises) the request's output limit to `cap` in the member(s) its
+/// protocol uses, adding it when absent, so no upstream writes more than was reserved.
+/// `chat_field`: the member a chat upstream reads the limit from.
+pub fn set_output_limit(
+    p: Protocol,
+    body: &mut Value,
+    cap: u64,
+    chat_field: &str,
+) -> Result<(), serde_json::Error> {
+    match p {
+        Protocol::Chat => limit::edit(body, |r: &mut chat::wire::Request| {
+            r.set_output_limit(cap, chat_field)
+        }),
+        Protocol::Messages => limit::edit(body, |r: &mut messages::wire::Request| {
+            r.set_output_limit(cap)
+        }),
+        Protocol::Gemini => limit::edit(body, |r: &mut gemini::wire::Request| {
+            r.set_output_limit(cap)
+        }),
+        Protocol::Responses => limit::edit(body, |r: &mut responses::wire::Request| {
+            r.set_output_limit(cap)
+        }),
+    }
 }
 
 /// The client's request in the upstream's protocol. Same protocol: passed through with

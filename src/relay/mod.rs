@@ -12,7 +12,6 @@ pub(crate) mod body;
 pub mod exchange;
 pub mod media;
 pub mod meter;
-mod output_limit;
 pub mod tokens;
 mod unmeasured;
 pub(crate) mod upstream;

@@ -3,12 +3,12 @@
 //! ([`TokenMeter`]: translation back to the client's protocol, usage, cost).
 
 use super::meter::{self, Account, Bounds, Call, Cost, Delivery, Meter, Request};
-use super::output_limit;
 use super::Relay;
 use crate::billing::{input_token_bound, Bill, Price, MIN_OUTPUT_TOKENS};
 use crate::channels::Channel;
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::ids;
+use crate::protocol::chat::wire as chat;
 use crate::protocol::shallow::Shallow;
 use crate::protocol::{
     self, Protocol, RequestOptions, ResponseContext, StreamContext, StreamTranslator, Usage,
@@ -46,18 +46,18 @@ impl<'a> Body<'a> {
         }
     }
 
-    /// The members that size the reservation, as a small object (the whole body when it
-    /// was parsed anyway).
-    fn sizing(&self) -> Value {
+    /// The output limit the client asked for, by its protocol's rule, and how many
+    /// answers: what the reservation is sized by.
+    fn sizing(&self, client: Protocol) -> (Option<u64>, u64) {
         match self {
-            Body::Full(v) => v.clone(),
-            Body::Shallow { .. } => Value::Object(
-                output_limit::CHAT_FIELDS
-                    .iter()
-                    .chain(["n"].iter())
-                    .filter_map(|f| self.member(f).map(|v| (f.to_string(), v)))
-                    .collect(),
+            Body::Full(v) => (
+                protocol::output_limit(client, v),
+                protocol::choices(client, v),
             ),
+            Body::Shallow { top, .. } => {
+                let count = |f: &str| top.value(f).and_then(|v| v.as_u64());
+                (chat::output_limit_in(count), chat::choices_in(count))
+            }
         }
     }
 }
@@ -112,8 +112,7 @@ impl<'a> TokenRequest<'a> {
             stream,
             client_sse,
         } = asked;
-        let sizing = body.sizing();
-        let requested = output_limit::requested(route.protocol, &sizing);
+        let (requested, choices) = body.sizing(route.protocol);
         let output_tokens = requested.unwrap_or(price.max_output_tokens).max(1);
         TokenRequest {
             client: route.protocol,
@@ -125,7 +124,7 @@ impl<'a> TokenRequest<'a> {
             input: price
                 .input_bound(raw)
                 .saturating_add(price.web_search_bound(raw)),
-            choices: output_limit::choices(route.protocol, &sizing),
+            choices,
             cap: output_tokens,
             output_tokens,
             body,
@@ -167,9 +166,9 @@ impl<'a> TokenRequest<'a> {
         let (client, cap) = (self.client, self.cap);
         let mut v = match &mut self.body {
             Body::Shallow { top, .. } if upstream == Protocol::Chat => {
-                let present = |f: &str| top.value(f).and_then(|v| v.as_u64());
+                let count = |f: &str| top.value(f).and_then(|v| v.as_u64());
                 let limits: Vec<(&str, String)> =
-                    output_limit::chat_plan(present, cap, channel.chat_limit_field)
+                    chat::limit_plan(count, cap, channel.chat_limit_field)
                         .into_iter()
                         .map(|(f, v)| (f, v.to_string()))
                         .collect();
@@ -183,7 +182,9 @@ impl<'a> TokenRequest<'a> {
             Body::Full(v) if last => std::mem::take(v),
             Body::Full(v) => v.clone(),
         };
-        output_limit::cap(client, &mut v, cap, channel.chat_limit_field);
+        protocol::set_output_limit(client, &mut v, cap, channel.chat_limit_field).map_err(|e| {
+            GatewayError::internal_from("writing the output limit into the request", e)
+        })?;
         protocol::translate_request(client, upstream, v, &opts).map_err(GatewayError::from)
     }
 }

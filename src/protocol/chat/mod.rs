@@ -20,6 +20,7 @@ mod usage;
 #[cfg(test)]
 #[path = "usage_tests.rs"]
 mod usage_tests;
+pub mod wire;
 
 pub use decode::decoder;
 pub use encode::encoder;

@@ -39,7 +39,7 @@ pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
             return Err(invalid(field, *why));
         }
     }
-    if obj.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
+    if super::wire::choices_in(|f| u64_field(&obj, f)) > 1 {
         return Err(invalid(
             "n",
             "Only one choice (`n` = 1) is available for this model.",
@@ -64,14 +64,8 @@ pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
     if let Some(Value::Array(messages)) = obj.get("messages") {
         convert_messages(messages, &mut req)?;
     }
-    // The smaller of the two: the reservation was sized from it (never raise a limit).
-    req.max_tokens = match (
-        u64_field(&obj, "max_completion_tokens"),
-        u64_field(&obj, "max_tokens"),
-    ) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+    // The rule the reservation was sized by (the smaller of the two members).
+    req.max_tokens = super::wire::output_limit_in(|f| u64_field(&obj, f));
     req.temperature = obj.get("temperature").and_then(Value::as_f64);
     req.top_p = obj.get("top_p").and_then(Value::as_f64);
     req.stop = match obj.get("stop") {

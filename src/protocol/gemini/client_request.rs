@@ -314,7 +314,7 @@ fn generation_config(body: &Value, req: &mut ir::Request) -> Result<(), Invalid>
     req.presence_penalty = f64_of("presencePenalty");
     req.frequency_penalty = f64_of("frequencyPenalty");
     req.top_k = g.get("topK").and_then(Value::as_u64);
-    req.max_tokens = g.get("maxOutputTokens").and_then(Value::as_u64);
+    req.max_tokens = super::wire::output_limit(body);
     req.seed = g.get("seed").and_then(Value::as_i64);
     req.stop = g
         .get("stopSequences")
@@ -326,7 +326,7 @@ fn generation_config(body: &Value, req: &mut ir::Request) -> Result<(), Invalid>
                 .collect()
         })
         .unwrap_or_default();
-    if g.get("candidateCount").and_then(Value::as_u64).unwrap_or(1) > 1 {
+    if super::wire::choices(body) > 1 {
         return Err(invalid(
             "generationConfig.candidateCount",
             "This model generates one candidate per request.",

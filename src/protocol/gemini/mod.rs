@@ -12,7 +12,7 @@ mod response;
 mod stream;
 mod upstream_request;
 mod validation;
-mod wire;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;

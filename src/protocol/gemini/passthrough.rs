@@ -18,10 +18,9 @@ pub fn passthrough_request(mut body: Value, opts: &RequestOptions) -> UpstreamRe
     }
 }
 
-/// The relay lowers the output limit by writing `generationConfig.maxOutputTokens`; when
-/// the client spelt the object `generation_config`, the body would name one field twice,
-/// which the API refuses. The client's other settings join the camelCase object, whose
-/// values (the lowered limit) win.
+/// A client may send the config under both names; the API refuses a body that names
+/// one field twice. The settings of `generation_config` join the camelCase object, whose
+/// values win (the order [`super::wire::Section`] reads them in).
 fn merge_spellings(body: &mut Value, camel: &str, snake: &str) {
     let Some(obj) = body.as_object_mut() else {
         return;

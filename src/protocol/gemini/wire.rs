@@ -3,7 +3,9 @@
 //! framings of a streamed answer.
 
 use super::super::ir::FinishReason;
+use super::super::limit::{self, Limit};
 use super::super::Usage;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 pub(super) use super::super::invalid;
@@ -37,9 +39,11 @@ pub(super) fn field<'a>(obj: &'a Value, camel: &str) -> Option<&'a Value> {
     o.get(&snake).filter(|v| !v.is_null())
 }
 
-/// An object the client may have spelt both ways at once: the relay lowers the output
-/// limit by writing `generationConfig.maxOutputTokens`, even into a body that said
-/// `generation_config`. Fields are looked up in the camelCase object first.
+/// An object the client may have spelt both ways at once (the API takes either name, and
+/// nothing stops a client from sending both). Fields are looked up in the camelCase
+/// object first. The relay never adds a second spelling: it lowers the output limit where
+/// the client wrote it, and adds it in the spelling of the object the client sent
+/// ([`Request::set_output_limit`]).
 pub(super) struct Section<'a>(Vec<&'a Value>);
 
 impl<'a> Section<'a> {
@@ -55,6 +59,155 @@ impl<'a> Section<'a> {
 
     pub(super) fn get(&self, camel: &str) -> Option<&'a Value> {
         self.0.iter().find_map(|o| field(o, camel))
+    }
+}
+
+/// `generationConfig` and the members of it the gateway reads or changes, each under
+/// its JSON name and its proto name.
+const CONFIG: &str = "generationConfig";
+const MAX_OUTPUT_TOKENS: &str = "maxOutputTokens";
+const CANDIDATE_COUNT: &str = "candidateCount";
+
+/// The output limit of a parsed body: `generationConfig.maxOutputTokens` under either
+/// spelling of either name, read as [`Section`] reads every setting.
+pub fn output_limit(body: &Value) -> Option<u64> {
+    Section::of(body, CONFIG)
+        .get(MAX_OUTPUT_TOKENS)
+        .and_then(Value::as_u64)
+}
+
+/// How many answers the request asks for: `candidateCount` (absent, null or 0: one).
+pub fn choices(body: &Value) -> u64 {
+    Section::of(body, CONFIG)
+        .get(CANDIDATE_COUNT)
+        .and_then(Value::as_u64)
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// A generate-content request, typed where the gateway acts on it: the generation
+/// config under both spellings. The model is named in the path.
+#[derive(Debug, Deserialize, Serialize)]
+pub struct Request {
+    #[serde(rename = "generationConfig")]
+    #[serde(default, deserialize_with = "limit::present")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation_config: Option<Config>,
+    #[serde(rename = "generation_config")]
+    #[serde(default, deserialize_with = "limit::present")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation_config_proto: Option<Config>,
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+/// A generation config as sent: an object, or anything else (`null`) kept as it came.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Config {
+    Object(Box<GenerationConfig>),
+    Other(Value),
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+pub struct GenerationConfig {
+    #[serde(rename = "maxOutputTokens")]
+    #[serde(default, deserialize_with = "limit::present")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<Limit>,
+    #[serde(rename = "max_output_tokens")]
+    #[serde(default, deserialize_with = "limit::present")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens_proto: Option<Limit>,
+    #[serde(rename = "candidateCount")]
+    #[serde(default, deserialize_with = "limit::present")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub candidate_count: Option<Limit>,
+    #[serde(rename = "candidate_count")]
+    #[serde(default, deserialize_with = "limit::present")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub candidate_count_proto: Option<Limit>,
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+/// A member that is there and not `null` ([`field`]'s rule).
+fn set(slot: &Option<Limit>) -> bool {
+    !matches!(slot, None | Some(Limit::Other(Value::Null)))
+}
+
+impl GenerationConfig {
+    fn limits(&mut self) -> [&mut Option<Limit>; 2] {
+        [
+            &mut self.max_output_tokens,
+            &mut self.max_output_tokens_proto,
+        ]
+    }
+}
+
+impl Request {
+    /// The config objects in the order [`Section`] reads them: the JSON name first.
+    fn configs(&self) -> impl Iterator<Item = &GenerationConfig> {
+        [&self.generation_config, &self.generation_config_proto]
+            .into_iter()
+            .filter_map(|c| match c {
+                Some(Config::Object(g)) => Some(&**g),
+                _ => None,
+            })
+    }
+
+    /// The first of a setting's two spellings that is set, in the first object that
+    /// sets it.
+    fn setting(&self, pick: fn(&GenerationConfig) -> [&Option<Limit>; 2]) -> Option<u64> {
+        self.configs()
+            .find_map(|g| pick(g).into_iter().find(|s| set(s)))
+            .and_then(limit::tokens)
+    }
+
+    pub fn output_limit(&self) -> Option<u64> {
+        self.setting(|g| [&g.max_output_tokens, &g.max_output_tokens_proto])
+    }
+
+    pub fn choices(&self) -> u64 {
+        self.setting(|g| [&g.candidate_count, &g.candidate_count_proto])
+            .unwrap_or(1)
+            .max(1)
+    }
+
+    /// Lowers (never raises) the limit to `cap` under every spelling the client set it
+    /// in; when it set none, adds it to the config object it sent (in that object's
+    /// spelling), or to a new `generationConfig`.
+    pub fn set_output_limit(&mut self, cap: u64) {
+        let mut lowered = false;
+        for c in [
+            &mut self.generation_config,
+            &mut self.generation_config_proto,
+        ] {
+            if let Some(Config::Object(g)) = c {
+                for slot in g.limits() {
+                    if set(slot) {
+                        limit::lower(slot, cap);
+                        lowered = true;
+                    }
+                }
+            }
+        }
+        if lowered {
+            return;
+        }
+        match (
+            &mut self.generation_config,
+            &mut self.generation_config_proto,
+        ) {
+            (Some(Config::Object(g)), _) => limit::lower(&mut g.max_output_tokens, cap),
+            (_, Some(Config::Object(g))) => limit::lower(&mut g.max_output_tokens_proto, cap),
+            (camel, _) => {
+                *camel = Some(Config::Object(Box::new(GenerationConfig {
+                    max_output_tokens: Some(Limit::Tokens(cap)),
+                    ..GenerationConfig::default()
+                })))
+            }
+        }
     }
 }
 
@@ -325,6 +478,10 @@ impl ChunkWriter {
         self.closed
     }
 }
+
+#[cfg(test)]
+#[path = "wire_tests.rs"]
+mod tests;
 
 /// `/v1beta/models/{model}:generateContent`, or the streaming method asking for SSE. A
 /// model given as a resource name (`models/x`, `tunedModels/y`) is used as it is.

@@ -13,6 +13,7 @@ mod passthrough;
 mod response;
 mod to_ir;
 mod validate;
+pub mod wire;
 
 #[cfg(test)]
 mod test_support;

@@ -25,7 +25,7 @@ pub fn to_ir(body: &Value) -> Result<ir::Request, Invalid> {
     }
     let mut req = ir::Request {
         system: system(get("system"))?,
-        max_tokens: get("max_tokens").and_then(Value::as_u64),
+        max_tokens: super::wire::output_limit(obj),
         temperature: get("temperature").and_then(Value::as_f64),
         top_p: get("top_p").and_then(Value::as_f64),
         top_k: get("top_k").and_then(Value::as_u64),

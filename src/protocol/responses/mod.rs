@@ -13,6 +13,7 @@ mod request;
 mod response;
 mod stream;
 mod validate;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;

@@ -49,7 +49,7 @@ pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
         body,
         "`input` must hold at least one message for this model.",
     )?;
-    req.max_tokens = obj.get("max_output_tokens").and_then(Value::as_u64);
+    req.max_tokens = super::wire::output_limit(&obj);
     req.temperature = obj.get("temperature").and_then(Value::as_f64);
     req.top_p = obj.get("top_p").and_then(Value::as_f64);
     req.tools = tools(obj.get("tools"))?;
@@ -84,7 +84,7 @@ pub fn compact_to_ir(body: Value) -> Result<ir::Request, Invalid> {
     if !req.tools.is_empty() {
         req.tool_choice = Some(ir::ToolChoice::None);
     }
-    req.max_tokens = obj.get("max_output_tokens").and_then(Value::as_u64);
+    req.max_tokens = super::wire::output_limit(&obj);
     req.messages.push(ir::Message {
         role: Role::User,
         content: vec![Part::Text(COMPACT_PROMPT.into())],

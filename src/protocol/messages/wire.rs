@@ -1,0 +1,89 @@
+//! The members of a messages request the gateway reads or changes, typed: the model and the
+//! output limit (`max_tokens`). Everything else rides in `rest`.
+
+use super::super::limit::{self, Limit};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+pub const LIMIT_FIELD: &str = "max_tokens";
+
+/// A messages request, typed where the gateway acts on it.
+#[derive(Debug, Deserialize, Serialize)]
+pub struct Request<'a> {
+    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<Cow<'a, str>>,
+    #[serde(default, deserialize_with = "limit::present")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<Limit>,
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+impl Request<'_> {
+    pub fn output_limit(&self) -> Option<u64> {
+        limit::tokens(&self.max_tokens)
+    }
+
+    /// Lowers (never raises) the limit to `cap`, adding it when absent.
+    pub fn set_output_limit(&mut self, cap: u64) {
+        limit::lower(&mut self.max_tokens, cap);
+    }
+}
+
+/// The output limit of a parsed body (read in place, nothing copied).
+pub fn output_limit(body: &Map<String, Value>) -> Option<u64> {
+    body.get(LIMIT_FIELD).and_then(Value::as_u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::limit::testing::same_except;
+    use serde_json::json;
+
+    fn capped(body: &Value, cap: u64) -> Value {
+        let text = body.to_string();
+        let mut r: Request<'_> = serde_json::from_str(&text).unwrap();
+        assert_eq!(r.output_limit(), output_limit(body.as_object().unwrap()));
+        r.set_output_limit(cap);
+        let typed = serde_json::to_value(&r).unwrap();
+        // The relay's path: the same view over a parsed body, members kept in order.
+        let mut v = body.clone();
+        crate::protocol::set_output_limit(crate::protocol::Protocol::Messages, &mut v, cap, "")
+            .unwrap();
+        assert_eq!(v, typed);
+        v
+    }
+
+    #[test]
+    fn lowered_never_raised_added_when_absent() {
+        let m = capped(&json!({"max_tokens": 1000}), 10);
+        assert_eq!(output_limit(m.as_object().unwrap()), Some(10));
+        assert_eq!(
+            capped(&json!({"max_tokens": 5}), 10),
+            json!({"max_tokens": 5})
+        );
+        assert_eq!(capped(&json!({}), 3), json!({"max_tokens": 3}));
+        assert_eq!(
+            capped(&json!({"max_tokens": null}), 3),
+            json!({"max_tokens": 3})
+        );
+    }
+
+    #[test]
+    fn round_trip_changes_only_the_limit() {
+        let body = json!({
+            "model": "m-1",
+            "max_tokens": 4000,
+            "stream": true,
+            "input": [{"role": "user", "content": [{"type": "text", "text": "hi \u{e9}"}]}],
+            "metadata": {"user_id": "u", "nested": {"a": [1, 2.5, null]}},
+            "a_future_member": {"deep": [{"k": null}, 1e3]}
+        });
+        let out = capped(&body, 100);
+        same_except(&body, &out, &[LIMIT_FIELD], "body");
+        assert_eq!(out[LIMIT_FIELD], 100);
+        same_except(&body, &capped(&body, 5000), &[], "body");
+    }
+}
