@@ -147,6 +147,51 @@ async fn get(
     headers: &[Header],
     key: &AdminKey,
 ) -> Result<Bytes, ReconcileError> {
+    let (peer, authority) = peer(u).await?;
+    let req = request(u, authority, headers)?;
+    let (mut http, _) = connector
+        .get_http_session(&peer)
+        .await
+        .map_err(http_err(u, "cannot connect"))?;
+    http.set_read_timeout(Some(READ_TIMEOUT));
+    http.write_request_header(Box::new(req))
+        .await
+        .map_err(http_err(u, "cannot send the request"))?;
+    http.finish_request_body()
+        .await
+        .map_err(http_err(u, "cannot send the request"))?;
+    http.read_response_header()
+        .await
+        .map_err(http_err(u, "no answer"))?;
+    let status = http.response_header().map_or(0, |h| h.status.as_u16());
+    let mut body = BytesMut::new();
+    while let Some(chunk) = http
+        .read_response_body()
+        .await
+        .map_err(http_err(u, "the answer broke off"))?
+    {
+        if body.len() + chunk.len() > MAX_BODY {
+            http.shutdown().await;
+            return Err(ReconcileError::Pagination {
+                url: shown(u),
+                message: format!("a page larger than {MAX_BODY} bytes"),
+            });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    http.shutdown().await;
+    if !(200..300).contains(&status) {
+        return Err(ReconcileError::Status {
+            url: shown(u),
+            status,
+            body: quote(&body, key),
+        });
+    }
+    Ok(body.freeze())
+}
+
+/// The peer `u` names (resolved, with the fetch's timeouts), and its `Host` value.
+async fn peer(u: &url::Url) -> Result<(HttpPeer, String), ReconcileError> {
     let bad = |context: &'static str| {
         let url = shown(u);
         move |e: std::io::Error| ReconcileError::Http {
@@ -189,13 +234,22 @@ async fn get(
     let mut peer = HttpPeer::new(addr, tls, host.clone());
     peer.options.connection_timeout = Some(CONNECT_TIMEOUT);
     peer.options.read_timeout = Some(READ_TIMEOUT);
+    let authority = match u.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host,
+    };
+    Ok((peer, authority))
+}
+
+/// The GET request header for `u`, with the fetch's fixed headers and `headers`.
+fn request(
+    u: &url::Url,
+    authority: String,
+    headers: &[Header],
+) -> Result<RequestHeader, ReconcileError> {
     let path = match u.query() {
         Some(q) => format!("{}?{q}", u.path()),
         None => u.path().to_string(),
-    };
-    let authority = match u.port() {
-        Some(p) => format!("{host}:{p}"),
-        None => host.clone(),
     };
     let mut req = RequestHeader::build("GET", path.as_bytes(), Some(headers.len() + 3))
         .map_err(http_err(u, "cannot build the request"))?;
@@ -215,45 +269,7 @@ async fn get(
         req.insert_header(h.name, h.value.as_str())
             .map_err(http_err(u, "a header value is not valid"))?;
     }
-    let (mut http, _) = connector
-        .get_http_session(&peer)
-        .await
-        .map_err(http_err(u, "cannot connect"))?;
-    http.set_read_timeout(Some(READ_TIMEOUT));
-    http.write_request_header(Box::new(req))
-        .await
-        .map_err(http_err(u, "cannot send the request"))?;
-    http.finish_request_body()
-        .await
-        .map_err(http_err(u, "cannot send the request"))?;
-    http.read_response_header()
-        .await
-        .map_err(http_err(u, "no answer"))?;
-    let status = http.response_header().map_or(0, |h| h.status.as_u16());
-    let mut body = BytesMut::new();
-    while let Some(chunk) = http
-        .read_response_body()
-        .await
-        .map_err(http_err(u, "the answer broke off"))?
-    {
-        if body.len() + chunk.len() > MAX_BODY {
-            http.shutdown().await;
-            return Err(ReconcileError::Pagination {
-                url: shown(u),
-                message: format!("a page larger than {MAX_BODY} bytes"),
-            });
-        }
-        body.extend_from_slice(&chunk);
-    }
-    http.shutdown().await;
-    if !(200..300).contains(&status) {
-        return Err(ReconcileError::Status {
-            url: shown(u),
-            status,
-            body: quote(&body, key),
-        });
-    }
-    Ok(body.freeze())
+    Ok(req)
 }
 
 /// The start of an error body, on one line, without the admin key.

@@ -86,40 +86,13 @@ impl Report {
     }
 
     pub fn table(&self) -> String {
-        let kinds = self.provider.columns();
+        let cells = Cells {
+            kinds: self.provider.columns(),
+        };
         let mut head = vec!["day", "model", "channels", "side", "requests"];
-        head.extend(kinds.iter().map(|k| k.heading()));
+        head.extend(cells.kinds.iter().map(|k| k.heading()));
         head.extend(["cost_usd", ""]);
         let mut lines: Vec<Vec<String>> = vec![head.iter().map(|s| s.to_string()).collect()];
-        let side_cells = |name: &str, s: &Side| -> Vec<String> {
-            let mut v = vec![
-                name.to_string(),
-                s.requests.map_or("-".into(), |n| n.to_string()),
-            ];
-            v.extend(kinds.iter().map(|k| s.tokens.get(*k).to_string()));
-            v.push(s.cost_micros.map_or("?".into(), |m| usd(m, false)));
-            v
-        };
-        let diff_cells = |l: &Side, p: &Side, mark: &str| -> Vec<String> {
-            let mut v = vec![
-                "diff".to_string(),
-                match (l.requests, p.requests) {
-                    (Some(a), Some(b)) => signed(b as i128 - a as i128),
-                    _ => "-".into(),
-                },
-            ];
-            v.extend(
-                kinds
-                    .iter()
-                    .map(|k| signed(p.tokens.get(*k) as i128 - l.tokens.get(*k) as i128)),
-            );
-            v.push(match (l.cost_micros, p.cost_micros) {
-                (Some(a), Some(b)) => usd(b.saturating_sub(a), true),
-                _ => "?".into(),
-            });
-            v.push(mark.to_string());
-            v
-        };
         let mut notes = Vec::new();
         for r in &self.rows {
             let channels = if r.channels.is_empty() {
@@ -135,24 +108,7 @@ impl Report {
                 ""
             };
             let lead = [r.day.to_string(), r.model.clone(), channels];
-            let blank = || vec![String::new(); 3];
-            lines.push(
-                lead.into_iter()
-                    .chain(side_cells("ledger", &r.ledger))
-                    .collect(),
-            );
-            lines.push(
-                blank()
-                    .into_iter()
-                    .chain(side_cells("provider", &r.provider))
-                    .collect(),
-            );
-            lines.push(
-                blank()
-                    .into_iter()
-                    .chain(diff_cells(&r.ledger, &r.provider, mark))
-                    .collect(),
-            );
+            cells.three_lines(&mut lines, lead, &r.ledger, &r.provider, mark);
             for n in &r.notes {
                 notes.push(format!(
                     "{} {}: {}",
@@ -163,27 +119,14 @@ impl Report {
             }
         }
         let t = self.totals();
-        let lead = || vec![String::new(); 3];
-        let mut first = lead();
-        first[0] = "total".into();
-        lines.push(
-            first
-                .into_iter()
-                .chain(side_cells("ledger", &t.ledger))
-                .collect(),
-        );
-        lines.push(
-            lead()
-                .into_iter()
-                .chain(side_cells("provider", &t.provider))
-                .collect(),
-        );
-        lines.push(
-            lead()
-                .into_iter()
-                .chain(diff_cells(&t.ledger, &t.provider, ""))
-                .collect(),
-        );
+        let lead = ["total".to_string(), String::new(), String::new()];
+        cells.three_lines(&mut lines, lead, &t.ledger, &t.provider, "");
+        if t.unpriced > 0 {
+            notes.push(format!(
+                "{} row(s) have no provider cost; the provider total leaves them out",
+                t.unpriced
+            ));
+        }
         let mut out = format!(
             "{} usage {}..{} (UTC days), channels {}; diff = provider - ledger\n\n",
             self.provider.as_str(),
@@ -192,21 +135,21 @@ impl Report {
             self.channels.join(",")
         );
         out.push_str(&align(&lines, 4));
-        if t.unpriced > 0 {
-            notes.push(format!(
-                "{} row(s) have no provider cost; the provider total leaves them out",
-                t.unpriced
-            ));
-        }
         if !notes.is_empty() {
             out.push('\n');
             for n in notes {
                 out.push_str(&format!("* {n}\n"));
             }
         }
-        let past = self.past();
         out.push('\n');
-        out.push_str(&if past == 0 {
+        out.push_str(&self.verdict());
+        out
+    }
+
+    /// The table's last line: every difference within the threshold, or how many not.
+    fn verdict(&self) -> String {
+        let past = self.past();
+        if past == 0 {
             format!(
                 "every difference is within {} USD\n",
                 usd(self.max_diff, false)
@@ -216,8 +159,7 @@ impl Report {
                 "{past} row(s) differ by more than {} USD (marked !)\n",
                 usd(self.max_diff, false)
             )
-        });
-        out
+        }
     }
 
     pub fn json(&self) -> Value {
@@ -308,6 +250,74 @@ fn json_name(k: TokenKind) -> &'static str {
         TokenKind::Output => "output",
         TokenKind::AudioOutput => "audio_output",
         TokenKind::WebSearch => "web_search",
+    }
+}
+
+/// The cells of a table row's three lines, for the provider's token columns.
+struct Cells {
+    kinds: &'static [TokenKind],
+}
+
+impl Cells {
+    /// The ledger, provider and diff lines of one row (or of the totals), the first
+    /// led by `lead` (day, model, channels), the others by blanks.
+    fn three_lines(
+        &self,
+        lines: &mut Vec<Vec<String>>,
+        lead: [String; 3],
+        ledger: &Side,
+        provider: &Side,
+        mark: &str,
+    ) {
+        let blank = || vec![String::new(); 3];
+        lines.push(
+            lead.into_iter()
+                .chain(self.side("ledger", ledger))
+                .collect(),
+        );
+        lines.push(
+            blank()
+                .into_iter()
+                .chain(self.side("provider", provider))
+                .collect(),
+        );
+        lines.push(
+            blank()
+                .into_iter()
+                .chain(self.diff(ledger, provider, mark))
+                .collect(),
+        );
+    }
+
+    fn side(&self, name: &str, s: &Side) -> Vec<String> {
+        let mut v = vec![
+            name.to_string(),
+            s.requests.map_or("-".into(), |n| n.to_string()),
+        ];
+        v.extend(self.kinds.iter().map(|k| s.tokens.get(*k).to_string()));
+        v.push(s.cost_micros.map_or("?".into(), |m| usd(m, false)));
+        v
+    }
+
+    fn diff(&self, l: &Side, p: &Side, mark: &str) -> Vec<String> {
+        let mut v = vec![
+            "diff".to_string(),
+            match (l.requests, p.requests) {
+                (Some(a), Some(b)) => signed(b as i128 - a as i128),
+                _ => "-".into(),
+            },
+        ];
+        v.extend(
+            self.kinds
+                .iter()
+                .map(|k| signed(p.tokens.get(*k) as i128 - l.tokens.get(*k) as i128)),
+        );
+        v.push(match (l.cost_micros, p.cost_micros) {
+            (Some(a), Some(b)) => usd(b.saturating_sub(a), true),
+            _ => "?".into(),
+        });
+        v.push(mark.to_string());
+        v
     }
 }
 

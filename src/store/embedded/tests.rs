@@ -447,10 +447,15 @@ async fn the_log_starts_again_under_steady_writes() {
     // Each checkpoint finds about its own round of commits in the log (a few frames
     // each), not all of them since the start: a log that never started again would hold
     // 1, 2, … 6 rounds' frames per round's commits.
-    let per_commit: Vec<f64> = logs.iter().map(|&(l, n)| l as f64 / n as f64).collect();
-    let least = per_commit.iter().copied().fold(f64::INFINITY, f64::min);
+    // One checkpoint may land just after the writer started the log again and find only
+    // part of its round there: the comparison is with the second smallest, so one low
+    // round is not taken for growth, while a growing log (1, 2, … 6 rounds' frames)
+    // still fails it.
+    let mut per_commit: Vec<f64> = logs.iter().map(|&(l, n)| l as f64 / n as f64).collect();
+    per_commit.sort_by(f64::total_cmp);
+    let low = per_commit[1];
     assert!(
-        per_commit.iter().all(|&p| p < 2.0 * least),
+        per_commit.iter().all(|&p| p < 2.0 * low),
         "the log kept growing: {logs:?} (frames, commits)"
     );
     let largest = logs.iter().map(|&(l, _)| l).max().unwrap_or(0).max(RESTART);
