@@ -87,6 +87,22 @@ impl Drop for Unanswered<'_> {
     }
 }
 
+/// How the key is charged for a provider cost: times its multiplier, never above what
+/// was reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Account {
+    pub multiplier: Multiplier,
+    pub reserved: Micros,
+}
+
+impl Account {
+    pub fn charge(&self, provider_cost: Micros) -> Micros {
+        self.multiplier
+            .apply_micros(provider_cost)
+            .clamp(0, self.reserved)
+    }
+}
+
 /// Owns a reservation until the store has confirmed its settle. Dropping it unsettled (a
 /// panic, a cancelled future, an early return) settles in the background: with the
 /// amount and record of a settle that was in flight, else with the charge recorded so far.
@@ -131,12 +147,17 @@ impl ReservationGuard {
         self.multiplier.unapply_micros(self.amount())
     }
 
-    /// What the key is charged for `provider_cost`: the multiplier applied, never more
-    /// than was reserved.
+    /// How this reservation charges the key: its multiplier, its amount.
+    pub fn account(&self) -> Account {
+        Account {
+            multiplier: self.multiplier,
+            reserved: self.amount(),
+        }
+    }
+
+    /// What the key is charged for `provider_cost` ([`Account::charge`]).
     pub fn charge_for(&self, provider_cost: Micros) -> Micros {
-        self.multiplier
-            .apply_micros(provider_cost)
-            .clamp(0, self.amount())
+        self.account().charge(provider_cost)
     }
 
     pub fn amount(&self) -> Micros {

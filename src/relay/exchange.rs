@@ -90,11 +90,7 @@ pub async fn run<R: Request>(
             return Err(e);
         }
     };
-    let account = super::meter::Account {
-        multiplier: guard.multiplier(),
-        reserved: guard.amount(),
-    };
-    let meter = request.meter(&ctx.request_id, account);
+    let meter = request.meter(&ctx.request_id, guard.account());
     deliver(gw, ctx, ex, meter, guard).await
 }
 

@@ -195,7 +195,7 @@ fn actual(price: &Price, plan: &Plan, answer: &[u8], worst: Micros) -> (Cost, Bi
                 .image(size, quality)
                 .unwrap_or(worst / job.n.max(1) as Micros);
             // The images delivered, counted: exact.
-            let line = Line::new(Kind::Images, got.images, micros_as_pico(each));
+            let line = Line::at_micros(Kind::Images, got.images, each.max(0) as u64, 1);
             let bill = Bill::one(line);
             (Cost::exact(Usage::default(), bill.micros()), bill)
         }
@@ -214,12 +214,8 @@ fn actual(price: &Price, plan: &Plan, answer: &[u8], worst: Micros) -> (Cost, Bi
                 audio::billed_seconds(format.as_deref(), answer, &plan.body[file.clone()]);
             let (micros, bill) = match price.per_minute_micros {
                 Some(per_minute) => {
-                    let bill = Bill::one(Line {
-                        kind: Kind::AudioMs,
-                        units: (seconds.max(0.0) * 1000.0).ceil() as u64,
-                        pico_per_unit: per_minute.saturating_mul(1_000_000),
-                        per: 60_000,
-                    });
+                    let ms = (seconds.max(0.0) * 1000.0).ceil() as u64;
+                    let bill = Bill::one(Line::at_micros(Kind::AudioMs, ms, per_minute, 60_000));
                     (bill.micros(), bill)
                 }
                 None => (worst, Bill::default()),
@@ -249,11 +245,6 @@ fn sure(exact: bool, usage: Usage, micros: Micros) -> Cost {
 /// `units` of Cohere's search units at `pico` each.
 fn search_units(units: u64, pico: u64) -> Bill {
     Bill::one(Line::new(Kind::SearchUnits, units, pico))
-}
-
-/// A price in micro-USD as pico-USD per unit (a line's rate).
-fn micros_as_pico(m: Micros) -> u64 {
-    (m.max(0) as u64).saturating_mul(1_000_000)
 }
 
 /// The body for one channel: the model renamed when the channel maps it, and written

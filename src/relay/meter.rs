@@ -48,21 +48,7 @@ pub struct Bounds {
     pub tokens: u64,
 }
 
-/// How the key is charged for a provider cost: times its multiplier, never above what
-/// was reserved.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Account {
-    pub multiplier: crate::billing::Multiplier,
-    pub reserved: Micros,
-}
-
-impl Account {
-    pub fn charge(&self, provider_cost: Micros) -> Micros {
-        self.multiplier
-            .apply_micros(provider_cost)
-            .clamp(0, self.reserved)
-    }
-}
+pub use crate::billing::Account;
 
 /// One request toward one channel.
 pub struct Call {

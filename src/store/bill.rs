@@ -89,6 +89,17 @@ impl Line {
         }
     }
 
+    /// A line priced in micro-USD per `per` units (an image; a minute or a second of
+    /// audio or video counted in milliseconds).
+    pub fn at_micros(kind: Kind, units: u64, micros: u64, per: u64) -> Line {
+        Line {
+            kind,
+            units,
+            pico_per_unit: micros.saturating_mul(1_000_000),
+            per,
+        }
+    }
+
     /// This line's cost in pico-USD.
     pub fn pico(&self) -> u128 {
         (self.units as u128 * self.pico_per_unit as u128).div_ceil(self.per.max(1) as u128)

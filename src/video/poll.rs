@@ -203,12 +203,13 @@ fn provider_bill(gw: &Gateway, t: &TaskRecord) -> Option<Bill> {
         .config
         .channel_price(&t.channel, &t.model)?
         .per_second_micros?;
-    Some(Bill::one(Line {
-        kind: Kind::VideoMs,
-        units: ((delivered.max(0.0) * 1000.0).ceil() as u64).saturating_mul(t.n as u64),
-        pico_per_unit: per_second.saturating_mul(1_000_000),
-        per: 1000,
-    }))
+    let ms = ((delivered.max(0.0) * 1000.0).ceil() as u64).saturating_mul(t.n as u64);
+    Some(Bill::one(Line::at_micros(
+        Kind::VideoMs,
+        ms,
+        per_second,
+        1000,
+    )))
 }
 
 async fn fail(gw: &Gateway, mut t: TaskRecord, code: &str, message: &str) -> TaskRecord {
