@@ -97,7 +97,7 @@ pub fn channels(live: &Live) -> Value {
         .iter()
         .map(|c| {
             let h = c.health.view(&c.circuit);
-            json!({
+            let mut row = json!({
                 "name": c.name,
                 "protocol": c.protocol.as_str(),
                 "state": h.state.as_str(),
@@ -112,7 +112,13 @@ pub fn channels(live: &Live) -> Value {
                     "cooldown_secs": c.circuit.cooldown.as_secs(),
                 },
                 "keys": c.keys.view(),
-            })
+            });
+            // Cloud channels: how they authenticate, a token's expiry, the last refresh
+            // error (never a secret).
+            if let Some(cloud) = &c.cloud {
+                row["auth"] = cloud.auth_state();
+            }
+            row
         })
         .collect();
     json!({"object": "list", "data": data})

@@ -2,6 +2,7 @@
 //! model name is mapped, and how to reach the upstream.
 
 mod checks;
+pub mod cloud;
 pub mod credentials;
 pub mod health;
 pub mod raw;
@@ -122,6 +123,9 @@ pub struct Channel {
     /// Signs each request instead (`video-a`: Kling's JWT; `video-b`: Volcengine's
     /// signature), when the channel has a key pair.
     pub signer: Option<Signer>,
+    /// A cloud-hosted upstream (`azure`, `bedrock`, `vertex`): its paths, its wire and its
+    /// authentication.
+    pub cloud: Option<Arc<dyn cloud::Cloud>>,
     pub circuit: Circuit,
     /// Shared with the channel of the same name and address in a reloaded configuration.
     pub health: Arc<Health>,
@@ -152,6 +156,7 @@ impl fmt::Debug for Channel {
             .field("path_prefix", &self.path_prefix)
             .field("keys", &self.keys)
             .field("signer", &self.signer.as_ref().map(|_| Hidden("signer")))
+            .field("cloud", &self.cloud.as_ref().map(|c| c.auth_state()))
             .field("models", &self.models)
             .field("model_map", &self.model_map)
             .field("responses_api", &self.responses_api)
@@ -189,6 +194,7 @@ impl Channel {
         }
         let circuit = check_circuit(c.circuit.as_ref().unwrap_or(circuit))?;
         let signer = checks::signer(&c, protocol)?;
+        let cloud = cloud::from_raw(protocol, &c)?;
         let secrets = checks::secrets(c.api_key, c.api_keys)?;
         let chat_limit_field = checks::chat_limit_field(c.max_tokens_field.as_deref(), protocol)?;
         Ok(Channel {
@@ -206,6 +212,7 @@ impl Channel {
             base_url: c.base_url,
             keys: Keys::new(secrets),
             signer,
+            cloud,
             circuit,
             models: c.models,
             model_map: c.model_map,
@@ -223,10 +230,14 @@ impl Channel {
         self.keys.usable() && self.health.admit(&self.circuit)
     }
 
-    /// The protocol this channel is spoken to in, for a client speaking `client`:
-    /// responses clients reach a native Responses API as they are, every other pair goes
-    /// through the channel's chat-style protocol.
-    pub fn upstream_protocol(&self, client: Protocol) -> Protocol {
+    /// The protocol this channel is spoken to in, for a client speaking `client` about
+    /// `model` (the upstream name): responses clients reach a native Responses API as
+    /// they are, every other pair goes through the channel's chat-style protocol (a
+    /// cloud's choice for the model).
+    pub fn upstream_protocol(&self, client: Protocol, model: &str) -> Protocol {
+        if let Some(cloud) = &self.cloud {
+            return cloud.wire(client, model);
+        }
         if client == Protocol::Responses && self.responses_api {
             Protocol::Responses
         } else {
@@ -263,20 +274,10 @@ impl Channel {
                 String::new()
             },
             // Result URLs are pre-signed or public: a signature of ours would not fit.
-            access_key: String::new(),
-            secret_key: String::new(),
-            api_keys: Vec::new(),
             models: vec![String::from("-")],
-            model_map: BTreeMap::new(),
-            responses_api: false,
-            max_tokens_field: None,
-            circuit: None,
-            prices: BTreeMap::new(),
-            price_multiplier: None,
-            priority: 0,
-            weight: 1,
             connect_timeout_secs: self.connect_timeout.as_secs(),
             read_timeout_secs: self.read_timeout.as_secs(),
+            ..RawChannel::default()
         };
         let mut channel = Channel::from_raw(raw, &RawCircuit::default()).ok()?;
         // Failures of a download count against the channel that handed out the URL.
@@ -445,21 +446,12 @@ mod tests {
             name: name.into(),
             protocol: "openai".into(),
             base_url: "http://127.0.0.1:9/prefix/".into(),
-            api_key: String::new(),
-            access_key: String::new(),
-            secret_key: String::new(),
-            api_keys: Vec::new(),
             models: vec!["m".into()],
-            model_map: BTreeMap::new(),
-            responses_api: false,
-            max_tokens_field: None,
-            circuit: None,
-            prices: BTreeMap::new(),
-            price_multiplier: None,
             priority,
             weight,
             connect_timeout_secs: 1,
             read_timeout_secs: 1,
+            ..RawChannel::default()
         };
         Arc::new(Channel::from_raw(raw, &RawCircuit::default()).unwrap())
     }
@@ -510,18 +502,10 @@ mod tests {
             api_key: api.into(),
             access_key: ak.into(),
             secret_key: sk.into(),
-            api_keys: Vec::new(),
             models: vec!["m".into()],
-            model_map: BTreeMap::new(),
-            responses_api: false,
-            max_tokens_field: None,
-            circuit: None,
-            prices: BTreeMap::new(),
-            price_multiplier: None,
-            priority: 0,
-            weight: 1,
             connect_timeout_secs: 1,
             read_timeout_secs: 1,
+            ..RawChannel::default()
         };
         let path_of = |r| {
             Channel::from_raw(r, &RawCircuit::default())

@@ -70,6 +70,54 @@ pub struct RawChannel {
     /// The top-level prices times this, for the models without a price of their own here.
     #[serde(default)]
     pub price_multiplier: Option<f64>,
+    /// `azure`: the API version sent as `api-version` (`2024-10-21`), or `v1` for the v1
+    /// API (`/openai/v1/...`).
+    #[serde(default)]
+    pub api_version: Option<String>,
+    /// `azure`: a Microsoft Entra ID application whose tokens authenticate the channel
+    /// (client-credentials grant), instead of `api_key`.
+    #[serde(default)]
+    pub entra: Option<RawEntra>,
+    /// `bedrock`: the AWS region (`us-east-1`). The key pair is `access_key` and
+    /// `secret_key`; `api_key` is a Bedrock API key sent as a bearer token instead.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// `bedrock`: the session token of temporary AWS credentials, with the key pair.
+    #[serde(default)]
+    pub session_token: String,
+    /// `vertex`: the Google Cloud project and location (`us-central1`, or `global`).
+    #[serde(default)]
+    pub project: Option<String>,
+    #[serde(default)]
+    pub location: Option<String>,
+    /// `vertex`: the service account's key file (JSON), whose key signs the token grant.
+    #[serde(default)]
+    pub credentials_file: Option<String>,
+}
+
+/// A Microsoft Entra ID application (`azure` channels). Give the secret as `${VAR}`.
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawEntra {
+    pub tenant_id: String,
+    pub client_id: String,
+    pub client_secret: String,
+    /// The token endpoint; default Microsoft's for the tenant
+    /// (`https://login.microsoftonline.com/{tenant_id}/oauth2/v2.0/token`).
+    #[serde(default)]
+    pub token_url: Option<String>,
+}
+
+/// Everything but the secret.
+impl fmt::Debug for RawEntra {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawEntra")
+            .field("tenant_id", &self.tenant_id)
+            .field("client_id", &self.client_id)
+            .field("client_secret", &Hidden(&self.client_secret))
+            .field("token_url", &self.token_url)
+            .finish()
+    }
 }
 
 /// Passive health: when a failing channel is taken out of rotation (per channel, or the
@@ -90,6 +138,40 @@ impl Default for RawCircuit {
         RawCircuit {
             failures: 5,
             cooldown_secs: 30,
+        }
+    }
+}
+
+/// A channel with every optional field at its configuration default (and nothing in
+/// the required ones), for channels the gateway makes itself.
+impl Default for RawChannel {
+    fn default() -> RawChannel {
+        RawChannel {
+            name: String::new(),
+            protocol: String::new(),
+            base_url: String::new(),
+            api_key: String::new(),
+            api_keys: Vec::new(),
+            access_key: String::new(),
+            secret_key: String::new(),
+            models: Vec::new(),
+            model_map: BTreeMap::new(),
+            responses_api: false,
+            max_tokens_field: None,
+            priority: 0,
+            weight: default_weight(),
+            connect_timeout_secs: default_connect_timeout(),
+            read_timeout_secs: default_read_timeout(),
+            circuit: None,
+            prices: BTreeMap::new(),
+            price_multiplier: None,
+            api_version: None,
+            entra: None,
+            region: None,
+            session_token: String::new(),
+            project: None,
+            location: None,
+            credentials_file: None,
         }
     }
 }
@@ -129,6 +211,13 @@ impl fmt::Debug for RawChannel {
             .field("connect_timeout_secs", &self.connect_timeout_secs)
             .field("read_timeout_secs", &self.read_timeout_secs)
             .field("circuit", &self.circuit)
+            .field("api_version", &self.api_version)
+            .field("entra", &self.entra)
+            .field("region", &self.region)
+            .field("session_token", &Hidden(&self.session_token))
+            .field("project", &self.project)
+            .field("location", &self.location)
+            .field("credentials_file", &self.credentials_file)
             .finish()
     }
 }

@@ -124,6 +124,8 @@ pub async fn first_answer(
             body: c.body,
             content_type: &c.content_type,
             stream: c.stream,
+            model: &c.model,
+            wire: c.wire,
             client_headers,
         };
         ctx.record_mut().channel = channel.name.clone();

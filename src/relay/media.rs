@@ -355,6 +355,8 @@ impl Request for MediaRequest {
             body: body_for(&self.plan, channel.upstream_model(&self.plan.model)),
             content_type: self.plan.content_type.clone(),
             stream: false,
+            model: channel.upstream_model(&self.plan.model).to_string(),
+            wire: None,
         })
     }
 

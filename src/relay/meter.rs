@@ -59,6 +59,10 @@ pub struct Call {
     pub content_type: String,
     /// The client asked for a stream (the upstream is asked for events).
     pub stream: bool,
+    /// The model name sent upstream (a cloud builds its path from it).
+    pub model: String,
+    /// The wire protocol of a chat-style body; `None` for media bodies.
+    pub wire: Option<crate::protocol::Protocol>,
 }
 
 /// How the answer goes back to the client.

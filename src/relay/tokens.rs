@@ -155,9 +155,10 @@ impl<'a> TokenRequest<'a> {
         channel: &Channel,
         last: bool,
     ) -> Result<protocol::UpstreamRequest, GatewayError> {
-        let upstream = channel.upstream_protocol(self.client);
+        let upstream_model = channel.upstream_model(&self.model);
+        let upstream = channel.upstream_protocol(self.client, upstream_model);
         let opts = RequestOptions {
-            upstream_model: channel.upstream_model(&self.model),
+            upstream_model,
             stream: self.stream,
             default_max_tokens: self.cap,
             chat_limit_field: channel.chat_limit_field,
@@ -215,7 +216,8 @@ impl Request for TokenRequest<'_> {
 
     fn call(&mut self, channel: &Channel, last: bool) -> Result<Call, GatewayError> {
         let req = self.upstream_body(channel, last)?;
-        self.upstream = channel.upstream_protocol(self.client);
+        let model = channel.upstream_model(&self.model);
+        self.upstream = channel.upstream_protocol(self.client, model);
         if let Some(config) = &self.channel_prices {
             self.billed_at = config.channel_price(&channel.name, &self.model).cloned();
         }
@@ -226,6 +228,8 @@ impl Request for TokenRequest<'_> {
             body: Bytes::from(req.body),
             content_type: "application/json".into(),
             stream: self.stream,
+            model: model.to_string(),
+            wire: Some(self.upstream),
         })
     }
 

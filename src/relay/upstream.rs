@@ -4,6 +4,7 @@
 //! so body-routed requests are sent from here instead: header, whole body, then the
 //! response is read as it arrives (README, "Architecture": why the relay drives the upstream itself).
 
+use crate::channels::cloud::{AuthError, Cloud, Outbound, Target, TokenAnswer, TokenClient};
 use crate::channels::{Channel, ChannelProtocol, ErrorKind};
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
@@ -34,6 +35,10 @@ pub struct Outgoing<'a> {
     /// `application/json`, or a multipart type with its boundary.
     pub content_type: &'a str,
     pub stream: bool,
+    /// The model name sent upstream (a cloud builds its path from it); `""` where none.
+    pub model: &'a str,
+    /// The wire protocol of a chat-style body; `None` for media and video bodies.
+    pub wire: Option<crate::protocol::Protocol>,
     /// The client's request headers, for the few that are forwarded.
     pub client_headers: &'a http::HeaderMap,
 }
@@ -79,6 +84,22 @@ impl Exchange {
         })?;
         let key = channel.keys.pick();
         let key_index = key.index;
+        let clouded =
+            match &channel.cloud {
+                Some(cloud) => Some(prepare(gw, &channel, cloud.as_ref(), out).await.map_err(
+                    |e| {
+                        tracing::warn!(channel = %channel.name, error = %crate::store::chain(&e),
+                    "upstream authentication failed");
+                        failed(ErrorKind::Connect);
+                        OpenError::NotSent(GatewayError::Upstream(UpstreamFailure::Connect))
+                    },
+                )?),
+                None => None,
+            };
+        let (out, auth) = match &clouded {
+            Some((o, auth)) => (&o.outgoing(out), auth.as_slice()),
+            None => (out, &[][..]),
+        };
         // A pooled connection the upstream closed while idle fails on the first write;
         // nothing reached the upstream then, so one fresh connection is tried.
         let mut attempts = 0;
@@ -87,7 +108,7 @@ impl Exchange {
             // Built for each attempt: a second one rarely comes, so nothing is kept for it.
             // Logged here as well: the next channel may answer, and this failure with it
             // would never reach the client's 500.
-            let header = request_header(&channel, out, key.secret).map_err(|e| {
+            let header = request_header(&channel, out, key.secret, auth).map_err(|e| {
                 tracing::error!(channel = %channel.name, error = %e, "cannot build upstream request");
                 let doing = format!("building the request for channel {}", channel.name);
                 OpenError::NotSent(GatewayError::internal_from(doing, e))
@@ -201,6 +222,134 @@ impl Exchange {
     }
 }
 
+/// A request as a cloud channel sends it: its own path and body, and the headers that
+/// authenticate it.
+struct Clouded {
+    path: String,
+    body: Bytes,
+}
+
+impl Clouded {
+    fn outgoing<'a>(&'a self, out: &Outgoing<'a>) -> Outgoing<'a> {
+        Outgoing {
+            method: out.method,
+            path: &self.path,
+            body: self.body.clone(),
+            content_type: out.content_type,
+            stream: out.stream,
+            model: out.model,
+            wire: out.wire,
+            client_headers: out.client_headers,
+        }
+    }
+}
+
+/// Asks a cloud channel where `out` goes and how it is authenticated (which may mint a
+/// token through the gateway's connector).
+async fn prepare(
+    gw: &Gateway,
+    channel: &Channel,
+    cloud: &dyn Cloud,
+    out: &Outgoing<'_>,
+) -> Result<(Clouded, Vec<(&'static str, String)>), AuthError> {
+    let mut t = Target {
+        path: out.path.to_string(),
+        body: out.body.clone(),
+        wire: out.wire,
+        model: out.model.to_string(),
+        stream: out.stream,
+    };
+    cloud.target(&mut t).map_err(|e| {
+        AuthError::new(format!("the cloud cannot take this request: {}", e.message))
+    })?;
+    let full = format!("{}{}", channel.path_prefix, t.path);
+    let req = Outbound {
+        method: out.method,
+        path: &full,
+        host: channel.authority(),
+        content_type: (out.method != "GET").then_some(out.content_type),
+        body: &t.body,
+    };
+    let client = TokenHttp { gw };
+    let auth = cloud
+        .authenticate(&client, &req, crate::ids::now_secs())
+        .await?;
+    Ok((
+        Clouded {
+            path: t.path,
+            body: t.body,
+        },
+        auth,
+    ))
+}
+
+/// The client a cloud mints its tokens with: one exchange over the gateway's connector
+/// with the token endpoint, as its own short-lived channel.
+struct TokenHttp<'a> {
+    gw: &'a Gateway,
+}
+
+/// Longest token endpoint answer read.
+const TOKEN_BODY_LIMIT: usize = 64 * 1024;
+
+#[async_trait::async_trait]
+impl TokenClient for TokenHttp<'_> {
+    async fn post_form(&self, url: &str, form: &str) -> Result<TokenAnswer, AuthError> {
+        let u = url::Url::parse(url)
+            .map_err(|e| AuthError::caused(format!("token endpoint `{url}`"), e))?;
+        let host = u
+            .host_str()
+            .ok_or_else(|| AuthError::new(format!("token endpoint `{url}` has no host")))?;
+        let port = u.port_or_known_default().unwrap_or(443);
+        let raw = crate::channels::RawChannel {
+            name: format!("token endpoint {host}"),
+            protocol: "openai".into(),
+            base_url: format!("{}://{host}:{port}", u.scheme()),
+            models: vec![String::from("-")],
+            connect_timeout_secs: 10,
+            read_timeout_secs: 30,
+            ..Default::default()
+        };
+        let channel = Channel::from_raw(raw, &Default::default()).map_err(|e| {
+            AuthError::new(format!(
+                "token endpoint `{url}`: {}: {}",
+                e.field, e.message
+            ))
+        })?;
+        let mut path = u.path().to_string();
+        if let Some(q) = u.query() {
+            path.push('?');
+            path.push_str(q);
+        }
+        let out = Outgoing {
+            method: "POST",
+            path: &path,
+            body: Bytes::copy_from_slice(form.as_bytes()),
+            content_type: "application/x-www-form-urlencoded",
+            stream: false,
+            model: "",
+            wire: None,
+            client_headers: &http::HeaderMap::new(),
+        };
+        let mut ex = match Exchange::open(self.gw, Arc::new(channel), &out).await {
+            Ok(ex) => ex,
+            Err(OpenError::NotSent(e) | OpenError::Sent(e)) => {
+                return Err(AuthError::new(format!(
+                    "token endpoint `{url}` could not be reached ({e:?})"
+                )))
+            }
+        };
+        let status = ex.status();
+        let body = ex.body(TOKEN_BODY_LIMIT).await.map_err(|e| {
+            AuthError::new(format!(
+                "reading the answer of token endpoint `{url}` ({e:?})"
+            ))
+        })?;
+        ex.finish(self.gw).await;
+        Ok(TokenAnswer { status, body })
+    }
+}
+
 async fn send(
     http: &mut HttpSession,
     header: RequestHeader,
@@ -255,10 +404,13 @@ fn set_cork(fd: i32, on: bool) -> bool {
     }
 }
 
+/// The header of one upstream request. `auth`: a cloud channel's own authentication,
+/// which takes the place of the protocol's key header.
 fn request_header(
     channel: &Channel,
     out: &Outgoing<'_>,
     key: &str,
+    auth: &[(&'static str, String)],
 ) -> pingora::Result<RequestHeader> {
     let path = format!("{}{}", channel.path_prefix, out.path);
     // Without the map that keeps each name's case as written: names go out in lower case
@@ -296,6 +448,12 @@ fn request_header(
         for (name, value) in signer.headers(&req, crate::ids::now_secs()) {
             h.insert_header(name, value)?;
         }
+    }
+    if channel.cloud.is_some() {
+        for (name, value) in auth {
+            h.insert_header(*name, value.as_str())?;
+        }
+        return Ok(h);
     }
     match channel.protocol {
         ChannelProtocol::OpenAi

@@ -28,6 +28,8 @@ pub(super) async fn open(
         body: call.body.clone(),
         content_type: &call.content_type,
         stream: false,
+        model: "",
+        wire: None,
         client_headers: headers,
     };
     Exchange::open(gw, channel, &out).await

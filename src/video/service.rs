@@ -322,6 +322,8 @@ async fn send_job(
                     body: call.body,
                     content_type: call.content_type,
                     stream: false,
+                    model: upstream_model.to_string(),
+                    wire: None,
                 }
             }),
         )
