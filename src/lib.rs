@@ -16,6 +16,7 @@ pub mod auth;
 pub mod billing;
 pub mod channels;
 pub mod config;
+pub mod demo;
 pub mod edge;
 pub mod errors;
 pub mod gateway;

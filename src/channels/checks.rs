@@ -31,8 +31,31 @@ pub(super) struct BaseUrl {
     pub path_prefix: String,
 }
 
+/// A `demo` channel's upstream: the demo server in this process, at the channel's token
+/// rate. It has no `base_url` of its own.
+pub(super) fn demo_base_url(c: &RawChannel) -> Result<String, Invalid> {
+    if !c.base_url.is_empty() {
+        return Err(invalid(
+            "base_url",
+            "a demo channel has no base_url: its model answers inside the gateway",
+        ));
+    }
+    let rate = c
+        .tokens_per_second
+        .unwrap_or(crate::demo::DEFAULT_TOKENS_PER_SECOND);
+    if rate == 0 {
+        return Err(invalid("tokens_per_second", "must be at least 1"));
+    }
+    let addr = crate::demo::address()
+        .map_err(|e| invalid("protocol", format!("the demo upstream cannot start: {e}")))?;
+    Ok(format!("http://{addr}{}", crate::demo::path_prefix(rate)))
+}
+
 /// Parses `base_url`: an http or https URL with a host, and no query or fragment.
 pub(super) fn base_url(base_url: &str) -> Result<BaseUrl, Invalid> {
+    if base_url.is_empty() {
+        return Err(invalid("base_url", "must be set"));
+    }
     let url =
         url::Url::parse(base_url).map_err(|e| invalid("base_url", format!("not a URL: {e}")))?;
     let tls = match url.scheme() {

@@ -36,6 +36,9 @@ pub enum ChannelProtocol {
     /// Image edits in the native shape of spec 4.7 only: DashScope's
     /// multimodal-generation API.
     DashScope,
+    /// The demo model inside the gateway's own process ([`crate::demo`]): answers
+    /// without a provider key or a network.
+    Demo,
 }
 
 impl ChannelProtocol {
@@ -46,6 +49,7 @@ impl ChannelProtocol {
         ChannelProtocol::VideoA,
         ChannelProtocol::VideoB,
         ChannelProtocol::DashScope,
+        ChannelProtocol::Demo,
     ];
 
     pub fn parse(s: &str) -> Option<ChannelProtocol> {
@@ -56,6 +60,7 @@ impl ChannelProtocol {
             "video-a" => Some(ChannelProtocol::VideoA),
             "video-b" => Some(ChannelProtocol::VideoB),
             "dashscope" => Some(ChannelProtocol::DashScope),
+            "demo" => Some(ChannelProtocol::Demo),
             _ => None,
         }
     }
@@ -68,13 +73,14 @@ impl ChannelProtocol {
             ChannelProtocol::VideoA => "video-a",
             ChannelProtocol::VideoB => "video-b",
             ChannelProtocol::DashScope => "dashscope",
+            ChannelProtocol::Demo => "demo",
         }
     }
 
     /// The media API a channel of this protocol speaks.
     pub fn media_api(self) -> crate::media::Api {
         match self {
-            ChannelProtocol::OpenAi => crate::media::Api::OpenAi,
+            ChannelProtocol::OpenAi | ChannelProtocol::Demo => crate::media::Api::OpenAi,
             ChannelProtocol::DashScope => crate::media::Api::DashScope,
             ChannelProtocol::Anthropic
             | ChannelProtocol::Gemini
@@ -96,6 +102,7 @@ impl ChannelProtocol {
     pub fn wire(self) -> Protocol {
         match self {
             ChannelProtocol::OpenAi
+            | ChannelProtocol::Demo
             | ChannelProtocol::VideoA
             | ChannelProtocol::VideoB
             | ChannelProtocol::DashScope => Protocol::Chat,
@@ -171,11 +178,14 @@ impl fmt::Debug for Channel {
 impl Channel {
     /// Validates one channel of the configuration; `circuit`: the top-level circuit
     /// options, for a channel that sets none (already validated).
-    pub fn from_raw(c: RawChannel, circuit: &RawCircuit) -> Result<Channel, Invalid> {
+    pub fn from_raw(mut c: RawChannel, circuit: &RawCircuit) -> Result<Channel, Invalid> {
         if c.name.trim().is_empty() {
             return Err(invalid("name", "must not be empty"));
         }
         let protocol = checks::protocol(&c.protocol)?;
+        if protocol == ChannelProtocol::Demo {
+            c.base_url = checks::demo_base_url(&c)?;
+        }
         let checks::BaseUrl {
             tls,
             host,
@@ -548,5 +558,34 @@ mod tests {
         assert_eq!(c.path_prefix, "/prefix");
         assert_eq!(c.authority(), "127.0.0.1:9");
         assert!(!c.tls);
+    }
+
+    /// A demo channel reaches the server in this process at its token rate and takes no
+    /// address of its own; every other channel must name one.
+    #[test]
+    fn demo_channels_need_no_base_url_and_others_do() {
+        let raw = |protocol: &str, base_url: &str, rate: Option<u32>| RawChannel {
+            name: "d".into(),
+            protocol: protocol.into(),
+            base_url: base_url.into(),
+            models: vec!["demo".into()],
+            tokens_per_second: rate,
+            ..RawChannel::default()
+        };
+        let c = Channel::from_raw(raw("demo", "", Some(7)), &RawCircuit::default()).unwrap();
+        assert_eq!(c.path_prefix, "/demo/7");
+        assert_eq!(c.host, "127.0.0.1");
+        assert_eq!(
+            std::net::SocketAddr::from(([127, 0, 0, 1], c.port)),
+            crate::demo::address().unwrap()
+        );
+        let field = |r| {
+            Channel::from_raw(r, &RawCircuit::default())
+                .unwrap_err()
+                .field
+        };
+        assert_eq!(field(raw("demo", "http://x", None)), "base_url");
+        assert_eq!(field(raw("demo", "", Some(0))), "tokens_per_second");
+        assert_eq!(field(raw("openai", "", None)), "base_url");
     }
 }

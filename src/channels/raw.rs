@@ -29,6 +29,8 @@ pub(super) fn invalid(field: impl Into<String>, message: impl Into<String>) -> I
 pub struct RawChannel {
     pub name: String,
     pub protocol: String,
+    /// Where the upstream is; a `demo` channel has none (its upstream is in the process).
+    #[serde(default)]
     pub base_url: String,
     #[serde(default)]
     pub api_key: String,
@@ -93,6 +95,9 @@ pub struct RawChannel {
     /// `vertex`: the service account's key file (JSON), whose key signs the token grant.
     #[serde(default)]
     pub credentials_file: Option<String>,
+    /// `demo`: how fast the demo model streams, in tokens a second.
+    #[serde(default)]
+    pub tokens_per_second: Option<u32>,
 }
 
 /// A Microsoft Entra ID application (`azure` channels). Give the secret as `${VAR}`.
@@ -172,6 +177,7 @@ impl Default for RawChannel {
             project: None,
             location: None,
             credentials_file: None,
+            tokens_per_second: None,
         }
     }
 }
@@ -218,6 +224,7 @@ impl fmt::Debug for RawChannel {
             .field("project", &self.project)
             .field("location", &self.location)
             .field("credentials_file", &self.credentials_file)
+            .field("tokens_per_second", &self.tokens_per_second)
             .finish()
     }
 }

@@ -457,6 +457,7 @@ fn request_header(
     }
     match channel.protocol {
         ChannelProtocol::OpenAi
+        | ChannelProtocol::Demo
         | ChannelProtocol::VideoA
         | ChannelProtocol::VideoB
         | ChannelProtocol::DashScope => {

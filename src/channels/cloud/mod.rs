@@ -136,6 +136,7 @@ pub fn from_raw(
         | ChannelProtocol::Gemini
         | ChannelProtocol::VideoA
         | ChannelProtocol::VideoB
-        | ChannelProtocol::DashScope => Ok(None),
+        | ChannelProtocol::DashScope
+        | ChannelProtocol::Demo => Ok(None),
     }
 }

@@ -123,12 +123,11 @@ pub fn plan(
         ChannelProtocol::OpenAi => openai::plan(job, default_seconds),
         ChannelProtocol::VideoA => kling::plan(job, default_seconds),
         ChannelProtocol::VideoB => jimeng::plan(job, default_seconds),
-        ChannelProtocol::Anthropic | ChannelProtocol::Gemini | ChannelProtocol::DashScope => {
-            Err(Unfit {
-                param: "model",
-                message: "This model is not served for video.".into(),
-            })
-        }
+        // Every other protocol serves no video.
+        _ => Err(Unfit {
+            param: "model",
+            message: "This model is not served for video.".into(),
+        }),
     }
 }
 
@@ -144,7 +143,7 @@ pub fn submit(
         ChannelProtocol::OpenAi => Some((openai::submit(job, plan, model), String::new())),
         ChannelProtocol::VideoA => Some(kling::submit(job, plan, model)),
         ChannelProtocol::VideoB => Some((jimeng::submit(job, plan, model), String::new())),
-        ChannelProtocol::Anthropic | ChannelProtocol::Gemini | ChannelProtocol::DashScope => None,
+        _ => None,
     }
 }
 
@@ -157,9 +156,7 @@ pub fn submitted(protocol: ChannelProtocol, body: &[u8]) -> Submitted {
         ChannelProtocol::OpenAi => openai::submitted(&v),
         ChannelProtocol::VideoA => kling::submitted(&v),
         ChannelProtocol::VideoB => jimeng::submitted(&v),
-        ChannelProtocol::Anthropic | ChannelProtocol::Gemini | ChannelProtocol::DashScope => {
-            Submitted::Unreadable
-        }
+        _ => Submitted::Unreadable,
     }
 }
 
@@ -168,10 +165,7 @@ pub fn poll(protocol: ChannelProtocol, t: &TaskRecord, model: &str) -> Call {
     match protocol {
         ChannelProtocol::VideoA => kling::poll(t),
         ChannelProtocol::VideoB => jimeng::poll(t, model),
-        ChannelProtocol::OpenAi
-        | ChannelProtocol::Anthropic
-        | ChannelProtocol::Gemini
-        | ChannelProtocol::DashScope => openai::poll(t),
+        _ => openai::poll(t),
     }
 }
 
@@ -180,10 +174,7 @@ pub fn read_poll(protocol: ChannelProtocol, status: u16, body: &[u8]) -> Polled 
     match protocol {
         ChannelProtocol::VideoA => kling::read_poll(status, body),
         ChannelProtocol::VideoB => jimeng::read_poll(status, body),
-        ChannelProtocol::OpenAi
-        | ChannelProtocol::Anthropic
-        | ChannelProtocol::Gemini
-        | ChannelProtocol::DashScope => openai::read_poll(status, body),
+        _ => openai::read_poll(status, body),
     }
 }
 
