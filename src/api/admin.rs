@@ -59,7 +59,7 @@ impl AdminApp {
         if !Self::authorized(&gw, s) {
             return Err(GatewayError::AdminUnauthorized);
         }
-        let method = s.req_header().method.clone();
+        let method = as_get(&s.req_header().method);
         let path = s.req_header().uri.path().trim_end_matches('/').to_string();
         let query = s.req_header().uri.query().map(str::to_string);
         let query = query.as_deref();
@@ -76,15 +76,15 @@ impl AdminApp {
             (Method::GET, "/admin/usage") => records::list(gw, query).await,
             (Method::GET, "/admin/spend") => spend::get(gw, query).await,
             (Method::GET, "/admin/catalog") => Ok((200, catalog::get(gw))),
-            (Method::GET, p) => match p.strip_prefix("/admin/usage/") {
-                Some(id) if !id.contains('/') => records::lookup(gw, id, request_id).await,
-                _ => Err(GatewayError::NotFound),
-            },
             (
                 _,
                 "/admin/usage" | "/admin/spend" | "/admin/catalog" | "/admin/channels"
                 | "/admin/reload",
             ) => Err(GatewayError::MethodNotAllowed),
+            (Method::GET, p) => match p.strip_prefix("/admin/usage/") {
+                Some(id) if !id.contains('/') => records::lookup(gw, id, request_id).await,
+                _ => Err(GatewayError::NotFound),
+            },
             _ => Err(GatewayError::NotFound),
         }
     }
@@ -175,10 +175,10 @@ impl ServeHttp for AdminApp {
     async fn response(&self, s: &mut ServerSession) -> Response<Vec<u8>> {
         let request_id = ids::request_id();
         let (method, path) = (
-            s.req_header().method.clone(),
+            as_get(&s.req_header().method),
             s.req_header().uri.path().to_string(),
         );
-        let reply = if let Some(asset) = console::asset(s.req_header(), &request_id) {
+        let reply = if let Some(asset) = console::asset(s.req_header(), &method, &request_id) {
             asset
         } else if let Some(open) = ops::open_endpoint(&self.live, &method, &path).await {
             Reply::plain(open.status, open.content_type, open.body)
@@ -193,6 +193,16 @@ impl ServeHttp for AdminApp {
             Reply::json(status, body)
         };
         reply.into_response(&request_id)
+    }
+}
+
+/// A `HEAD` is answered wherever a `GET` is, with the same status and headers: it is
+/// routed as the `GET`, and Pingora writes no body for it.
+fn as_get(m: &Method) -> Method {
+    if m == Method::HEAD {
+        Method::GET
+    } else {
+        m.clone()
     }
 }
 

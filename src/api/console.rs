@@ -142,9 +142,10 @@ impl Reply {
 
 /// The console's answer to this request, or `None` when it is not the console's (an API
 /// call). `/` leads to the console.
-pub fn asset(req: &RequestHeader, request_id: &str) -> Option<Reply> {
+/// `method`: the request's, a `HEAD` read as a `GET` (Pingora leaves the body out).
+pub fn asset(req: &RequestHeader, method: &Method, request_id: &str) -> Option<Reply> {
     let path = req.uri.path();
-    if path == "/" && req.method == Method::GET {
+    if path == "/" && method == Method::GET {
         return Some(Reply {
             status: 302,
             content_type: HTML,
@@ -160,7 +161,7 @@ pub fn asset(req: &RequestHeader, request_id: &str) -> Option<Reply> {
     let Some(a) = ASSETS.iter().find(|a| a.path == path) else {
         return Some(Reply::error(GatewayError::NotFound, request_id));
     };
-    if req.method != Method::GET {
+    if method != Method::GET {
         return Some(Reply::error(GatewayError::MethodNotAllowed, request_id));
     }
     let etag = format!("\"{:016x}\"", a.etag);

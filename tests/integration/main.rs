@@ -48,6 +48,7 @@ mod demo;
 mod deploy;
 mod edges;
 mod edges_http;
+mod head;
 mod key_policy;
 mod leases;
 mod lifecycle;
