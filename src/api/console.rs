@@ -185,7 +185,7 @@ mod tests {
     use super::*;
 
     fn asset_of(req: &RequestHeader) -> Option<Reply> {
-        asset(req, "r")
+        asset(req, &req.method, "r")
     }
 
     fn get(path: &str) -> RequestHeader {
