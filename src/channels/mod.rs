@@ -36,6 +36,9 @@ pub enum ChannelProtocol {
     /// Image edits in the native shape of spec 4.7 only: DashScope's
     /// multimodal-generation API.
     DashScope,
+    /// Amazon Bedrock Runtime: the Converse API for every model, SigV4-signed
+    /// ([`cloud::bedrock`]).
+    Bedrock,
 }
 
 impl ChannelProtocol {
@@ -46,6 +49,7 @@ impl ChannelProtocol {
         ChannelProtocol::VideoA,
         ChannelProtocol::VideoB,
         ChannelProtocol::DashScope,
+        ChannelProtocol::Bedrock,
     ];
 
     pub fn parse(s: &str) -> Option<ChannelProtocol> {
@@ -56,6 +60,7 @@ impl ChannelProtocol {
             "video-a" => Some(ChannelProtocol::VideoA),
             "video-b" => Some(ChannelProtocol::VideoB),
             "dashscope" => Some(ChannelProtocol::DashScope),
+            "bedrock" => Some(ChannelProtocol::Bedrock),
             _ => None,
         }
     }
@@ -68,6 +73,7 @@ impl ChannelProtocol {
             ChannelProtocol::VideoA => "video-a",
             ChannelProtocol::VideoB => "video-b",
             ChannelProtocol::DashScope => "dashscope",
+            ChannelProtocol::Bedrock => "bedrock",
         }
     }
 
@@ -79,7 +85,8 @@ impl ChannelProtocol {
             ChannelProtocol::Anthropic
             | ChannelProtocol::Gemini
             | ChannelProtocol::VideoA
-            | ChannelProtocol::VideoB => crate::media::Api::None,
+            | ChannelProtocol::VideoB
+            | ChannelProtocol::Bedrock => crate::media::Api::None,
         }
     }
 
@@ -101,6 +108,7 @@ impl ChannelProtocol {
             | ChannelProtocol::DashScope => Protocol::Chat,
             ChannelProtocol::Anthropic => Protocol::Messages,
             ChannelProtocol::Gemini => Protocol::Gemini,
+            ChannelProtocol::Bedrock => Protocol::Converse,
         }
     }
 }
