@@ -371,3 +371,58 @@ async fn the_cap_holds_when_bedrock_over_reports() {
         assert!(limit * 15 <= cap, "{seen:?}");
     }
 }
+
+/// `check-config` names each bedrock option that is wrong by its path, and reads the
+/// credentials from the environment (`${VAR}`).
+#[test]
+fn check_config_names_the_bedrock_options_and_reads_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |channel: &str| {
+        let path = dir.path().join("gateway.yaml");
+        let text = format!(
+            "listen: 127.0.0.1:0\nstore: {{ embedded: {{ path: {} }} }}\nchannels:\n  - name: bedrock\n    protocol: bedrock\n    base_url: https://bedrock-runtime.us-east-1.amazonaws.com\n    models: [claude-bedrock]\n{channel}{PRICES}",
+            dir.path().display()
+        );
+        std::fs::write(&path, text).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_model-gateway"))
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .env("TEST_AWS_ACCESS_KEY_ID", ACCESS_KEY)
+            .env("TEST_AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+            .env("TEST_AWS_SESSION_TOKEN", SESSION_TOKEN)
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !said.contains(SECRET_KEY) && !said.contains(SESSION_TOKEN),
+            "{said}"
+        );
+        (out.status.success(), said)
+    };
+    let env = "    access_key: ${TEST_AWS_ACCESS_KEY_ID}\n    secret_key: ${TEST_AWS_SECRET_ACCESS_KEY}\n    session_token: ${TEST_AWS_SESSION_TOKEN}\n";
+    let (ok, said) = check(&format!("    region: us-east-1\n{env}"));
+    assert!(ok, "{said}");
+    for (channel, path) in [
+        (env.to_string(), "channels[0].region"),
+        (
+            "    region: us-east-1\n    access_key: ${TEST_AWS_ACCESS_KEY_ID}\n".to_string(),
+            "channels[0].secret_key",
+        ),
+        (
+            "    region: us-east-1\n    session_token: ${TEST_AWS_SESSION_TOKEN}\n    api_key: k\n"
+                .to_string(),
+            "channels[0].session_token",
+        ),
+        (
+            "    region: us-east-1\n".to_string(),
+            "channels[0].access_key",
+        ),
+    ] {
+        let (ok, said) = check(&channel);
+        assert!(!ok && said.contains(path), "{path}: {said}");
+    }
+}
