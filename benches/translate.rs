@@ -19,6 +19,7 @@ fn name(p: Protocol) -> &'static str {
         Protocol::Messages => "messages",
         Protocol::Gemini => "gemini",
         Protocol::Responses => "responses",
+        Protocol::Converse => "converse",
     }
 }
 
@@ -55,6 +56,8 @@ fn big_request(client: Protocol) -> Vec<u8> {
                 json!({"type": "function_call_output", "call_id": id, "output": prose}),
                 json!({"role": "assistant", "content": prose}),
             ],
+            // Upstream only: never a client here.
+            Protocol::Converse => return Vec::new(),
         };
         turns.extend(v);
         i += 1;
@@ -71,6 +74,7 @@ fn big_request(client: Protocol) -> Vec<u8> {
         Protocol::Responses => {
             json!({"model": "m", "input": turns, "tools": [{"type": "function", "name": "search", "parameters": tools[0]["function"]["parameters"]}]})
         }
+        Protocol::Converse => return Vec::new(),
     };
     serde_json::to_vec(&body).unwrap_or_default()
 }
@@ -139,8 +143,45 @@ fn big_stream(upstream: Protocol) -> (Vec<u8>, usize) {
                 let _ = write!(s, "data: {c}\n\n");
             }
         }
+        Protocol::Converse => return (converse_stream(N), N),
     }
     (s.into_bytes(), N)
+}
+
+/// A ConverseStream answer of `n` events: AWS event-stream frames.
+fn converse_stream(n: usize) -> Vec<u8> {
+    use aws_smithy_eventstream::frame::write_message_to;
+    use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
+    let mut out = Vec::new();
+    let mut frame = |event: &str, payload: Value| {
+        let m = Message::new(serde_json::to_vec(&payload).unwrap_or_default())
+            .add_header(Header::new(
+                ":event-type",
+                HeaderValue::String(event.to_string().into()),
+            ))
+            .add_header(Header::new(
+                ":content-type",
+                HeaderValue::String("application/json".into()),
+            ))
+            .add_header(Header::new(
+                ":message-type",
+                HeaderValue::String("event".into()),
+            ));
+        let _ = write_message_to(&m, &mut out);
+    };
+    frame("messageStart", json!({"role": "assistant"}));
+    for _ in 0..n - 3 {
+        frame(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"text": "word "}}),
+        );
+    }
+    frame("messageStop", json!({"stopReason": "end_turn"}));
+    frame(
+        "metadata",
+        json!({"usage": {"inputTokens": 10, "outputTokens": n, "totalTokens": n + 10}}),
+    );
+    out
 }
 
 fn main() {
@@ -152,7 +193,12 @@ fn main() {
         Protocol::Gemini,
         Protocol::Responses,
     ];
-    let upstreams = [Protocol::Chat, Protocol::Messages, Protocol::Gemini];
+    let upstreams = [
+        Protocol::Chat,
+        Protocol::Messages,
+        Protocol::Gemini,
+        Protocol::Converse,
+    ];
     let mut report = String::from(
         "### Request translation (100 KiB body: parse, validate, translate, serialize)\n\n| client → upstream | MB/s | µs per request |\n|---|---:|---:|\n",
     );

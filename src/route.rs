@@ -188,6 +188,8 @@ impl Route {
                 Protocol::Gemini => "generate_content",
                 Protocol::Responses if r.compact => "responses_compact",
                 Protocol::Responses => "responses",
+                // Upstream only: no route relays it.
+                Protocol::Converse => "not_found",
             },
             Route::Media(m) => match m {
                 Media::ImageGeneration => "images_generations",
@@ -219,6 +221,7 @@ impl Route {
                 Protocol::Messages => "messages",
                 Protocol::Gemini => "generate-content",
                 Protocol::Responses => "responses",
+                Protocol::Converse => "default",
             },
             _ => match shape {
                 ErrorShape::Default => "default",

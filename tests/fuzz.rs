@@ -101,6 +101,81 @@ const PAIRS: &[(Protocol, Protocol)] = &[
     (Protocol::Responses, Protocol::Responses),
 ];
 
+/// ConverseStream payloads (message type, event or exception type, JSON), the last one
+/// half an object.
+const CONVERSE: &[(&str, &str, &str)] = &[
+    ("event", "messageStart", r#"{"role":"assistant"}"#),
+    (
+        "event",
+        "contentBlockDelta",
+        r#"{"contentBlockIndex":0,"delta":{"text":"h\u00e9"}}"#,
+    ),
+    (
+        "event",
+        "contentBlockDelta",
+        r#"{"contentBlockIndex":1,"delta":{"reasoningContent":{"text":"t"}}}"#,
+    ),
+    (
+        "event",
+        "contentBlockDelta",
+        r#"{"contentBlockIndex":1,"delta":{"reasoningContent":{"signature":"s"}}}"#,
+    ),
+    (
+        "event",
+        "contentBlockStart",
+        r#"{"contentBlockIndex":2,"start":{"toolUse":{"toolUseId":"t1","name":"f"}}}"#,
+    ),
+    (
+        "event",
+        "contentBlockDelta",
+        r#"{"contentBlockIndex":2,"delta":{"toolUse":{"input":"{\"a\":"}}}"#,
+    ),
+    ("event", "contentBlockStop", r#"{"contentBlockIndex":2}"#),
+    ("event", "messageStop", r#"{"stopReason":"end_turn"}"#),
+    (
+        "event",
+        "metadata",
+        r#"{"usage":{"inputTokens":1,"outputTokens":2,"cacheReadInputTokens":3}}"#,
+    ),
+    ("exception", "throttlingException", r#"{"message":"m"}"#),
+    ("event", "contentBlockDelta", r#"{""#),
+];
+
+/// One AWS event-stream frame.
+fn converse_frame(kind: &str, name: &str, json: &str) -> Vec<u8> {
+    use aws_smithy_eventstream::frame::write_message_to;
+    use aws_smithy_types::event_stream::{Header, HeaderValue, Message};
+    let type_header = if kind == "event" {
+        ":event-type"
+    } else {
+        ":exception-type"
+    };
+    let m = Message::new(json.as_bytes().to_vec())
+        .add_header(Header::new(
+            type_header,
+            HeaderValue::String(name.to_string().into()),
+        ))
+        .add_header(Header::new(
+            ":message-type",
+            HeaderValue::String(kind.to_string().into()),
+        ));
+    let mut out = Vec::new();
+    write_message_to(&m, &mut out).unwrap();
+    out
+}
+
+/// ConverseStream-like bytes: whole frames, with random bytes (a broken frame) among them.
+fn converse_bytes() -> impl Strategy<Value = Vec<u8>> {
+    let piece = prop_oneof![
+        6 => (0..CONVERSE.len()).prop_map(|i| {
+            let (kind, name, json) = CONVERSE[i];
+            converse_frame(kind, name, json)
+        }),
+        1 => proptest::collection::vec(any::<u8>(), 0..8),
+    ];
+    proptest::collection::vec(piece, 0..24).prop_map(|ps| ps.concat())
+}
+
 fn translate(pair: (Protocol, Protocol), sse: bool, pieces: &[&[u8]]) -> (Vec<u8>, u64) {
     let ctx = StreamContext {
         client_model: "alias".into(),
@@ -139,6 +214,27 @@ proptest! {
     }
 
     /// Every upstream protocol's stream, to every client protocol.
+    /// ConverseStream (Bedrock) answers to every client protocol: the same output
+    /// whatever the reads' boundaries, text for the client, never a panic.
+    #[test]
+    fn converse_streams_any_frames_any_split(
+        input in converse_bytes(),
+        sizes in proptest::collection::vec(1usize..48, 1..6),
+        client in 0..4usize,
+        sse in any::<bool>(),
+    ) {
+        let clients = [Protocol::Chat, Protocol::Messages, Protocol::Gemini, Protocol::Responses];
+        let pair = (Protocol::Converse, clients[client]);
+        let (whole, delivered) = translate(pair, sse, &[&input]);
+        let (pieces, delivered_split) = translate(pair, sse, &split(&input, &sizes));
+        prop_assert_eq!(&whole, &pieces, "{:?}", pair);
+        prop_assert_eq!(delivered, delivered_split);
+        let (bytes, _) = translate(pair, sse, &split(&input, &[1]));
+        prop_assert_eq!(&whole, &bytes, "{:?} byte by byte", pair);
+        prop_assert!(String::from_utf8(whole.clone()).is_ok(), "the client gets text");
+        prop_assert!(delivered <= input.len() as u64, "{delivered} from {}", input.len());
+    }
+
     #[test]
     fn stream_translators_any_bytes_any_split(
         input in stream_bytes(),

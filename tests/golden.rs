@@ -3,7 +3,7 @@
 //! byte for byte with its recorded output, one expected file per (input, target).
 //!
 //! - `requests/<client>/<case>.json` → `<case>.to-<upstream>.json` (path, body, usage flag,
-//!   or the 400 the request earns)
+//!   or the 400 the request earns); Converse (Bedrock) is an upstream of every client
 //! - `responses/<upstream>/<case>.json` → `<case>.to-<client>.json` (body and usage, or the
 //!   translation error)
 //! - `streams/<upstream>/<case>.sse` → `<case>.to-<client>.sse` and `.usage.json`, plus
@@ -38,6 +38,7 @@ fn name(p: Protocol) -> &'static str {
         Messages => "messages",
         Gemini => "gemini",
         Responses => "responses",
+        Protocol::Converse => "converse",
     }
 }
 
@@ -234,8 +235,11 @@ fn requests() {
             chat_limit_field: "max_completion_tokens",
             compact: false,
         };
-        // Native passthrough is the only way to a Responses upstream.
-        let upstreams = &ALL[..if client == Responses { 4 } else { 3 }];
+        // Native passthrough is the only way to a Responses upstream; every client
+        // reaches Converse (Bedrock) through the pivot.
+        let upstreams = ALL[..if client == Responses { 4 } else { 3 }]
+            .iter()
+            .chain([&Protocol::Converse]);
         for &upstream in upstreams {
             let out = guarded(|| {
                 let v = protocol::parse_request(client, bytes)?;

@@ -39,6 +39,9 @@ pub enum ChannelProtocol {
     /// The demo model inside the gateway's own process ([`crate::demo`]): answers
     /// without a provider key or a network.
     Demo,
+    /// Amazon Bedrock Runtime: the Converse API for every model, SigV4-signed
+    /// ([`cloud::bedrock`]).
+    Bedrock,
 }
 
 impl ChannelProtocol {
@@ -50,6 +53,7 @@ impl ChannelProtocol {
         ChannelProtocol::VideoB,
         ChannelProtocol::DashScope,
         ChannelProtocol::Demo,
+        ChannelProtocol::Bedrock,
     ];
 
     pub fn parse(s: &str) -> Option<ChannelProtocol> {
@@ -61,6 +65,7 @@ impl ChannelProtocol {
             "video-b" => Some(ChannelProtocol::VideoB),
             "dashscope" => Some(ChannelProtocol::DashScope),
             "demo" => Some(ChannelProtocol::Demo),
+            "bedrock" => Some(ChannelProtocol::Bedrock),
             _ => None,
         }
     }
@@ -74,6 +79,7 @@ impl ChannelProtocol {
             ChannelProtocol::VideoB => "video-b",
             ChannelProtocol::DashScope => "dashscope",
             ChannelProtocol::Demo => "demo",
+            ChannelProtocol::Bedrock => "bedrock",
         }
     }
 
@@ -85,7 +91,8 @@ impl ChannelProtocol {
             ChannelProtocol::Anthropic
             | ChannelProtocol::Gemini
             | ChannelProtocol::VideoA
-            | ChannelProtocol::VideoB => crate::media::Api::None,
+            | ChannelProtocol::VideoB
+            | ChannelProtocol::Bedrock => crate::media::Api::None,
         }
     }
 
@@ -108,6 +115,7 @@ impl ChannelProtocol {
             | ChannelProtocol::DashScope => Protocol::Chat,
             ChannelProtocol::Anthropic => Protocol::Messages,
             ChannelProtocol::Gemini => Protocol::Gemini,
+            ChannelProtocol::Bedrock => Protocol::Converse,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! and [`stream_translator`] (a state machine per stream, fed chunk by chunk).
 
 pub mod chat;
+pub mod converse;
 mod cost;
 pub mod gemini;
 pub mod ir;
@@ -31,6 +32,9 @@ pub enum Protocol {
     Gemini,
     /// The responses protocol (`/v1/responses`).
     Responses,
+    /// Amazon Bedrock's Converse API (`/model/{id}/converse`), upstream only: no client
+    /// speaks it, and every client-side entry point refuses it.
+    Converse,
 }
 
 /// Token usage normalised across protocols (spec 2.6), by the kinds vendors price apart.
@@ -244,6 +248,14 @@ pub trait StreamTranslator: Send {
     fn delivered_bytes(&self) -> u64;
 }
 
+/// The answer of a client-side entry point asked about an upstream-only protocol.
+fn not_a_client(p: Protocol) -> Invalid {
+    Invalid {
+        param: None,
+        message: format!("{p:?} is not a protocol clients speak to the gateway."),
+    }
+}
+
 fn unsupported(client: Protocol, upstream: Protocol) -> Invalid {
     Invalid {
         param: None,
@@ -325,6 +337,7 @@ pub fn parse_request(client: Protocol, body: &[u8]) -> Result<Value, Invalid> {
         Protocol::Messages => messages::validate(&v)?,
         Protocol::Gemini => gemini::validate(&v)?,
         Protocol::Responses => responses::validate(&v)?,
+        Protocol::Converse => return Err(not_a_client(client)),
     }
     Ok(v)
 }
@@ -336,6 +349,7 @@ pub fn output_limit(p: Protocol, body: &Value) -> Option<u64> {
         Protocol::Messages => body.as_object().and_then(messages::wire::output_limit),
         Protocol::Gemini => gemini::wire::output_limit(body),
         Protocol::Responses => body.as_object().and_then(responses::wire::output_limit),
+        Protocol::Converse => None,
     }
 }
 
@@ -344,7 +358,7 @@ pub fn choices(p: Protocol, body: &Value) -> u64 {
     match p {
         Protocol::Chat => chat::wire::choices(body),
         Protocol::Gemini => gemini::wire::choices(body),
-        Protocol::Messages | Protocol::Responses => 1,
+        Protocol::Messages | Protocol::Responses | Protocol::Converse => 1,
     }
 }
 
@@ -370,6 +384,8 @@ pub fn set_output_limit(
         Protocol::Responses => limit::edit(body, |r: &mut responses::wire::Request| {
             r.set_output_limit(cap)
         }),
+        // Upstream only: its requests are written from the neutral one, limit included.
+        Protocol::Converse => Ok(()),
     }
 }
 
@@ -387,8 +403,15 @@ pub fn translate_request(
             Protocol::Messages => messages::passthrough_request(body, opts),
             Protocol::Gemini => gemini::passthrough_request(body, opts),
             Protocol::Responses => responses::passthrough_request(body, opts),
+            Protocol::Converse => return Err(not_a_client(client)),
         });
     }
+    // The messages protocol's cache marks, which the neutral request does not carry.
+    let cache_marks = if client == Protocol::Messages && upstream == Protocol::Converse {
+        converse::cache_marks(&body)
+    } else {
+        converse::CacheMarks::default()
+    };
     let client_wants_usage =
         client == Protocol::Chat && body["stream_options"]["include_usage"].as_bool() == Some(true);
     let req = match client {
@@ -397,11 +420,13 @@ pub fn translate_request(
         Protocol::Gemini => gemini::to_ir(body)?,
         Protocol::Responses if opts.compact => responses::compact_to_ir(body)?,
         Protocol::Responses => responses::to_ir(body)?,
+        Protocol::Converse => return Err(not_a_client(client)),
     };
     let mut out = match upstream {
         Protocol::Chat => chat::from_ir(&req, opts)?,
         Protocol::Messages => messages::from_ir(&req, opts)?,
         Protocol::Gemini => gemini::from_ir(&req, opts)?,
+        Protocol::Converse => converse::from_ir(&req, opts, &cache_marks)?,
         Protocol::Responses => return Err(unsupported(client, upstream)),
     };
     out.client_wants_usage = client_wants_usage;
@@ -421,12 +446,14 @@ pub fn translate_response(
             Protocol::Messages => messages::passthrough_response(body, ctx.client_model),
             Protocol::Gemini => gemini::passthrough_response(body, ctx.client_model),
             Protocol::Responses => responses::passthrough_response(body, ctx.client_model),
+            Protocol::Converse => Err(TranslateError::Shape("not a client protocol")),
         };
     }
     let resp = match upstream {
         Protocol::Chat => chat::parse_response(body)?,
         Protocol::Messages => messages::parse_response(body)?,
         Protocol::Gemini => gemini::parse_response(body)?,
+        Protocol::Converse => converse::parse_response(body)?,
         Protocol::Responses => return Err(TranslateError::Shape("unsupported protocol pair")),
     };
     let out = match client {
@@ -435,6 +462,7 @@ pub fn translate_response(
         Protocol::Gemini => gemini::render_response(&resp, ctx),
         Protocol::Responses if ctx.compact => responses::render_compaction(&resp, ctx),
         Protocol::Responses => responses::render_response(&resp, ctx),
+        Protocol::Converse => return Err(TranslateError::Shape("not a client protocol")),
     };
     Ok((out, resp.usage))
 }
@@ -445,18 +473,23 @@ pub fn stream_translator(
     client: Protocol,
     ctx: StreamContext,
 ) -> Box<dyn StreamTranslator> {
+    if client == Protocol::Converse {
+        return Box::new(NotAClient);
+    }
     if upstream == client {
         return match client {
             Protocol::Chat => Box::new(chat::Passthrough::new(ctx)),
             Protocol::Messages => messages::passthrough_stream(ctx),
             Protocol::Gemini => gemini::passthrough_stream(ctx),
             Protocol::Responses => responses::passthrough_stream(ctx),
+            Protocol::Converse => Box::new(NotAClient),
         };
     }
     let decoder = match upstream {
         Protocol::Chat => chat::decoder(),
         Protocol::Messages => messages::decoder(),
         Protocol::Gemini => gemini::decoder(),
+        Protocol::Converse => converse::decoder(),
         // translate_request refuses this pair before a stream can start.
         Protocol::Responses => chat::decoder(),
     };
@@ -465,6 +498,7 @@ pub fn stream_translator(
         Protocol::Messages => messages::encoder(&ctx),
         Protocol::Gemini => gemini::encoder(&ctx),
         Protocol::Responses => responses::encoder(&ctx),
+        Protocol::Converse => return Box::new(NotAClient),
     };
     Box::new(translate::Translated::new(decoder, encoder, ctx.request_id))
 }
@@ -476,5 +510,30 @@ pub fn stream_error_event(client: Protocol, message: &str) -> Vec<u8> {
         Protocol::Messages => messages::error_event(message),
         Protocol::Gemini => gemini::error_event(message),
         Protocol::Responses => responses::error_event(message),
+        // Never a client's: the default error event.
+        Protocol::Converse => chat::error_event(message),
+    }
+}
+
+/// The stream of a client of an upstream-only protocol, which the relay never starts
+/// ([`parse_request`] refuses the protocol first): it answers nothing but its end, an
+/// error.
+struct NotAClient;
+
+impl StreamTranslator for NotAClient {
+    fn feed(&mut self, _chunk: &[u8], _out: &mut Vec<u8>) {}
+
+    fn finish(&mut self, _error: Option<&str>, out: &mut Vec<u8>) {
+        out.extend(chat::error_event(
+            "Converse is not a protocol clients speak to the gateway.",
+        ));
+    }
+
+    fn usage(&self) -> Usage {
+        Usage::default()
+    }
+
+    fn delivered_bytes(&self) -> u64 {
+        0
     }
 }

@@ -155,7 +155,8 @@ fn upstream(up: Protocol, piece: &Piece, seq: &mut u64) -> String {
             "response.completed",
             json!({"response": {"id": "r", "object": "response", "status": "completed",
                 "model": "m", "output": [], "usage": {"input_tokens": 3, "output_tokens": 4}}}),
-        ),
+        ), // Binary event-stream framing, not text: converse/tests.rs has its streams.
+        (Protocol::Converse, _) => String::new(),
     }
 }
 
@@ -211,6 +212,7 @@ fn ends_with_the_error_event(client: Protocol, evs: &[(String, String)]) -> bool
         && match client {
             Protocol::Chat | Protocol::Gemini => v["error"]["message"].is_string(),
             Protocol::Messages | Protocol::Responses => name == "error",
+            Protocol::Converse => false,
         }
 }
 
@@ -222,6 +224,7 @@ fn claims_complete(client: Protocol, evs: &[(String, String)]) -> bool {
             Protocol::Messages => name == "message_stop",
             Protocol::Gemini => v["candidates"][0]["finishReason"].is_string(),
             Protocol::Responses => name == "response.completed",
+            Protocol::Converse => false,
         }
     })
 }

@@ -480,6 +480,8 @@ fn request_header(
                 h.insert_header("x-goog-api-key", key)?;
             }
         }
+        // Authenticated by its cloud part (above).
+        ChannelProtocol::Bedrock => {}
     }
     for (name, proto) in FORWARDED {
         if *proto == channel.protocol {

@@ -37,6 +37,7 @@ mod video_upstream;
 mod volcengine;
 
 mod auth;
+mod bedrock;
 mod cap;
 mod cap_property;
 mod cap_streams;

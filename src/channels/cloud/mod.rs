@@ -9,6 +9,8 @@
 //! ([`Cloud::target`]), and the headers that authenticate it ([`Cloud::authenticate`]),
 //! which may fetch a token through the [`TokenClient`] the relay lends it.
 
+pub mod bedrock;
+
 use super::raw::{Invalid, RawChannel};
 use super::ChannelProtocol;
 use crate::protocol::Protocol;
@@ -128,9 +130,10 @@ pub trait Cloud: Send + Sync {
 /// first-party protocols.
 pub fn from_raw(
     protocol: ChannelProtocol,
-    _raw: &RawChannel,
+    raw: &RawChannel,
 ) -> Result<Option<Arc<dyn Cloud>>, Invalid> {
     match protocol {
+        ChannelProtocol::Bedrock => Ok(Some(Arc::new(bedrock::Bedrock::from_raw(raw)?))),
         ChannelProtocol::OpenAi
         | ChannelProtocol::Anthropic
         | ChannelProtocol::Gemini
