@@ -36,6 +36,9 @@ pub enum ChannelProtocol {
     /// Image edits in the native shape of spec 4.7 only: DashScope's
     /// multimodal-generation API.
     DashScope,
+    /// Azure OpenAI: the OpenAI API at Azure's paths, with Azure's authentication
+    /// ([`cloud::azure`]).
+    Azure,
 }
 
 impl ChannelProtocol {
@@ -46,6 +49,7 @@ impl ChannelProtocol {
         ChannelProtocol::VideoA,
         ChannelProtocol::VideoB,
         ChannelProtocol::DashScope,
+        ChannelProtocol::Azure,
     ];
 
     pub fn parse(s: &str) -> Option<ChannelProtocol> {
@@ -56,6 +60,7 @@ impl ChannelProtocol {
             "video-a" => Some(ChannelProtocol::VideoA),
             "video-b" => Some(ChannelProtocol::VideoB),
             "dashscope" => Some(ChannelProtocol::DashScope),
+            "azure" => Some(ChannelProtocol::Azure),
             _ => None,
         }
     }
@@ -68,13 +73,14 @@ impl ChannelProtocol {
             ChannelProtocol::VideoA => "video-a",
             ChannelProtocol::VideoB => "video-b",
             ChannelProtocol::DashScope => "dashscope",
+            ChannelProtocol::Azure => "azure",
         }
     }
 
     /// The media API a channel of this protocol speaks.
     pub fn media_api(self) -> crate::media::Api {
         match self {
-            ChannelProtocol::OpenAi => crate::media::Api::OpenAi,
+            ChannelProtocol::OpenAi | ChannelProtocol::Azure => crate::media::Api::OpenAi,
             ChannelProtocol::DashScope => crate::media::Api::DashScope,
             ChannelProtocol::Anthropic
             | ChannelProtocol::Gemini
@@ -96,6 +102,7 @@ impl ChannelProtocol {
     pub fn wire(self) -> Protocol {
         match self {
             ChannelProtocol::OpenAi
+            | ChannelProtocol::Azure
             | ChannelProtocol::VideoA
             | ChannelProtocol::VideoB
             | ChannelProtocol::DashScope => Protocol::Chat,
@@ -131,7 +138,7 @@ pub struct Channel {
     pub health: Arc<Health>,
     pub models: Vec<String>,
     pub model_map: BTreeMap<String, String>,
-    /// Serves the Responses API natively (`openai` channels).
+    /// Serves the Responses API natively (`openai` and `azure` channels).
     pub responses_api: bool,
     /// The member a chat request to this channel carries its output limit in.
     pub chat_limit_field: &'static str,
@@ -183,10 +190,11 @@ impl Channel {
             path_prefix,
         } = checks::base_url(&c.base_url)?;
         checks::models(&c)?;
-        if c.responses_api && protocol != ChannelProtocol::OpenAi {
+        if c.responses_api && !matches!(protocol, ChannelProtocol::OpenAi | ChannelProtocol::Azure)
+        {
             return Err(invalid(
                 "responses_api",
-                "only `openai` channels can serve the Responses API natively",
+                "only `openai` and `azure` channels can serve the Responses API natively",
             ));
         }
         if c.weight == 0 {

@@ -9,6 +9,8 @@
 //! ([`Cloud::target`]), and the headers that authenticate it ([`Cloud::authenticate`]),
 //! which may fetch a token through the [`TokenClient`] the relay lends it.
 
+pub mod azure;
+
 use super::raw::{Invalid, RawChannel};
 use super::ChannelProtocol;
 use crate::protocol::Protocol;
@@ -41,6 +43,9 @@ pub struct Outbound<'a> {
     pub host: &'a str,
     pub content_type: Option<&'a str>,
     pub body: &'a [u8],
+    /// The channel's key picked for this request (keys are used in turn, and one the
+    /// upstream refuses is set aside); empty when the channel has none.
+    pub key: &'a str,
 }
 
 /// Why a cloud could not authenticate a request (a token endpoint that failed or
@@ -122,15 +127,25 @@ pub trait Cloud: Send + Sync {
     /// What `/admin/channels` shows of the channel's authentication: its kind, and for a
     /// token its expiry and the last refresh error. Never a secret.
     fn auth_state(&self) -> serde_json::Value;
+
+    /// Secrets of the cloud's own (beyond the channel's keys), masked wherever the
+    /// gateway logs an upstream's text.
+    fn secrets(&self) -> Vec<&str> {
+        Vec::new()
+    }
 }
 
 /// The cloud part of a channel of `protocol`, from its configuration; `None` for the
 /// first-party protocols.
 pub fn from_raw(
     protocol: ChannelProtocol,
-    _raw: &RawChannel,
+    raw: &RawChannel,
 ) -> Result<Option<Arc<dyn Cloud>>, Invalid> {
+    if protocol != ChannelProtocol::Azure {
+        azure::not_here(raw)?;
+    }
     match protocol {
+        ChannelProtocol::Azure => Ok(Some(Arc::new(azure::Azure::from_raw(raw)?))),
         ChannelProtocol::OpenAi
         | ChannelProtocol::Anthropic
         | ChannelProtocol::Gemini
