@@ -1,6 +1,8 @@
 //! Integration tests: real gateways in-process on ephemeral ports, mock upstreams in
 //! Rust, and a private `redis-server` per test that needs one.
 
+#[path = "../support/azure.rs"]
+mod azure_mock;
 #[path = "../support/billed_vendors.rs"]
 mod billed_vendors;
 #[path = "../support/dashscope.rs"]
@@ -37,6 +39,7 @@ mod video_upstream;
 mod volcengine;
 
 mod auth;
+mod azure;
 mod cap;
 mod cap_property;
 mod cap_streams;

@@ -1,0 +1,705 @@
+//! Azure OpenAI channels against the mock resource of `tests/support/azure.rs`: the four
+//! client protocols through the official SDKs, both URL styles, media, the content
+//! filter's two refusals, Entra ID tokens that lapse mid-run, billing, the admin view and
+//! `check-config`.
+
+use crate::azure_mock::{self as azure, AzureMock, Options, CLIENT_ID, CLIENT_SECRET, TENANT};
+use crate::gateway::{config_text, StoreKind, TestGateway, ADMIN_TOKEN};
+use crate::protocols::{self, Client, CLIENTS};
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const KEY_1: &str = "azure-resource-key-1";
+const KEY_2: &str = "azure-resource-key-2";
+/// gpt-4o's first-party prices (per million tokens).
+const PRICE: &str = "  gpt-4o: { input: 2.5, cached_input: 1.25, output: 10 }\n";
+/// The mock's usage priced as gpt-4o on OpenAI: 200 plain input at 2.5, 1,000 cached at
+/// 1.25, 50 output at 10 (micro-USD).
+const COST: i64 = 500 + 1_250 + 500;
+
+async fn mock(lifetime: Duration) -> AzureMock {
+    azure::start(Options {
+        keys: vec![KEY_1.into(), KEY_2.into()],
+        deployments: vec![
+            "gpt4o-prod".into(),
+            "embed-small".into(),
+            "dalle3".into(),
+            "tts".into(),
+            "whisper".into(),
+        ],
+        token_lifetime: lifetime,
+    })
+    .await
+}
+
+/// Two channels on the mock: `gpt-4o` by deployment URL with the resource's keys, and
+/// `gpt-4o-v1` on the v1 API with the Responses API served natively.
+fn config(base: &str) -> String {
+    format!(
+        "channels:\n\
+         \x20 - name: az\n\
+         \x20   protocol: azure\n\
+         \x20   base_url: \"{base}\"\n\
+         \x20   api_version: \"2024-10-21\"\n\
+         \x20   api_keys: [{KEY_1}, {KEY_2}]\n\
+         \x20   models: [gpt-4o, text-embedding-3-small, dall-e-3, tts-1, whisper-1, rerank-v1, missing]\n\
+         \x20   model_map: {{ gpt-4o: gpt4o-prod, text-embedding-3-small: embed-small, dall-e-3: dalle3, tts-1: tts, whisper-1: whisper, missing: no-such-deployment }}\n\
+         \x20 - name: az-v1\n\
+         \x20   protocol: azure\n\
+         \x20   base_url: \"{base}\"\n\
+         \x20   api_version: v1\n\
+         \x20   api_key: {KEY_1}\n\
+         \x20   responses_api: true\n\
+         \x20   models: [gpt-4o-v1]\n\
+         \x20   model_map: {{ gpt-4o-v1: gpt4o-prod }}\n\
+         {}prices:\n{PRICE}\
+         \x20 gpt-4o-v1: {{ input: 2.5, cached_input: 1.25, output: 10 }}\n\
+         \x20 missing: {{ input: 1, output: 1 }}\n\
+         \x20 rerank-v1: {{ input: 2 }}\n\
+         \x20 text-embedding-3-small: {{ input: 100 }}\n\
+         \x20 dall-e-3: {{ per_image: {{ \"1024x1024\": 0.04 }} }}\n\
+         \x20 tts-1: {{ per_million_chars: 15 }}\n\
+         \x20 whisper-1: {{ per_minute: 0.006 }}\n",
+        crate::media::FAMILIES
+    )
+}
+
+async fn setup() -> (AzureMock, TestGateway, String, String) {
+    let up = mock(Duration::from_secs(3600)).await;
+    let gw = TestGateway::start(&config(&up.base_url()), StoreKind::Embedded).await;
+    let (key, id) = gw.create_key(json!({})).await;
+    (up, gw, key, id)
+}
+
+/// A request of `client` for `model` whose prompt is `text`.
+fn ask(
+    gw: &TestGateway,
+    client: Client,
+    model: &str,
+    stream: bool,
+    key: &str,
+    text: &str,
+) -> reqwest::RequestBuilder {
+    let (path, body) = match client {
+        Client::Chat => (
+            "/v1/chat/completions".to_string(),
+            json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": text}]}),
+        ),
+        Client::Messages => (
+            "/v1/messages".to_string(),
+            json!({"model": model, "stream": stream, "max_tokens": 200,
+                   "messages": [{"role": "user", "content": text}]}),
+        ),
+        Client::Gemini => (
+            if stream {
+                format!("/v1beta/models/{model}:streamGenerateContent?alt=sse")
+            } else {
+                format!("/v1beta/models/{model}:generateContent")
+            },
+            json!({"contents": [{"role": "user", "parts": [{"text": text}]}]}),
+        ),
+        Client::Responses => (
+            "/v1/responses".to_string(),
+            json!({"model": model, "stream": stream, "input": text}),
+        ),
+    };
+    let r = gw.http.post(gw.url(&path)).json(&body);
+    match client {
+        Client::Messages => r
+            .header("x-api-key", key)
+            .header("anthropic-version", "2023-06-01"),
+        Client::Gemini => r.header("x-goog-api-key", key),
+        _ => r.bearer_auth(key),
+    }
+}
+
+/// The official SDKs, one Python run: text, tools and cache tokens of the four client
+/// protocols, streamed and not, a vendor error, a throttled answer and the content
+/// filter's refusals, each in the client's own terms.
+const SDK_SCRIPT: &str = r#"
+import os
+import openai, anthropic
+from google import genai
+from google.genai import types
+
+BASE, KEY = os.environ["GATEWAY_BASE_URL"], os.environ["GATEWAY_KEY"]
+TEXT = "Hello from Azure"
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+oai = openai.OpenAI(base_url=f"{BASE}/v1", api_key=KEY, max_retries=0)
+ant = anthropic.Anthropic(base_url=BASE, api_key=KEY, max_retries=0)
+gen = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=BASE, api_version="v1beta"))
+user = lambda t: [{"role": "user", "content": t}]
+
+def raises(kind, f, status):
+    try:
+        f()
+    except kind as e:
+        code = getattr(e, "status_code", None) or getattr(e, "code", None)
+        assert code == status, (code, e)
+        assert "internal-host" not in str(e), e
+        return e
+    raise AssertionError(f"no {kind.__name__}")
+
+for M in ["gpt-4o", "gpt-4o-v1"]:
+    # chat
+    r = oai.chat.completions.create(model=M, messages=user("hi"))
+    assert r.choices[0].message.content == TEXT, r
+    assert r.usage.prompt_tokens == 1200 and r.usage.prompt_tokens_details.cached_tokens == 1000, r.usage
+    chunks = list(oai.chat.completions.create(model=M, messages=user("hi"), stream=True,
+                                              stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == TEXT
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 1000, chunks[-1]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}}]
+    r = oai.chat.completions.create(model=M, messages=user("Weather in Paris?"), tools=tools)
+    call = r.choices[0].message.tool_calls[0].function
+    assert (call.name, call.arguments) == ("get_weather", '{"city":"Paris"}'), r
+    name, args = "", ""
+    for c in oai.chat.completions.create(model=M, messages=user("Weather?"), tools=tools, stream=True):
+        for tc in (c.choices[0].delta.tool_calls or []) if c.choices else []:
+            name += tc.function.name or ""
+            args += tc.function.arguments or ""
+    assert (name, args) == ("get_weather", '{"city":"Paris"}'), (name, args)
+    raises(openai.BadRequestError, lambda: oai.chat.completions.create(model=M, messages=user("VENDOR_ERROR")), 400)
+    raises(openai.RateLimitError, lambda: oai.chat.completions.create(model=M, messages=user("THROTTLE")), 429)
+    e = raises(openai.BadRequestError, lambda: oai.chat.completions.create(model=M, messages=user("FILTER_PROMPT")), 400)
+    assert e.code == "content_filter", e.body
+    r = oai.chat.completions.create(model=M, messages=user("FILTER_OUTPUT"))
+    assert r.choices[0].finish_reason == "content_filter", r
+    chunks = list(oai.chat.completions.create(model=M, messages=user("FILTER_OUTPUT"), stream=True))
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "content_filter"
+
+    # messages
+    m = ant.messages.create(model=M, max_tokens=100, messages=user("hi"))
+    assert m.content[0].text == TEXT and m.stop_reason == "end_turn", m
+    assert m.usage.cache_read_input_tokens == 1000 and m.usage.input_tokens == 200, m.usage
+    with ant.messages.stream(model=M, max_tokens=100, messages=user("hi")) as s:
+        assert "".join(s.text_stream) == TEXT
+        final = s.get_final_message()
+    assert final.usage.cache_read_input_tokens == 1000 and final.usage.output_tokens == 50, final.usage
+    atools = [{"name": "get_weather", "input_schema": SCHEMA}]
+    m = ant.messages.create(model=M, max_tokens=100, messages=user("Weather?"), tools=atools)
+    assert m.stop_reason == "tool_use" and m.content[-1].input == {"city": "Paris"}, m
+    with ant.messages.stream(model=M, max_tokens=100, messages=user("Weather?"), tools=atools) as s:
+        final = s.get_final_message()
+    assert final.stop_reason == "tool_use" and final.content[-1].input == {"city": "Paris"}, final
+    raises(anthropic.BadRequestError, lambda: ant.messages.create(model=M, max_tokens=9, messages=user("VENDOR_ERROR")), 400)
+    raises(anthropic.RateLimitError, lambda: ant.messages.create(model=M, max_tokens=9, messages=user("THROTTLE")), 429)
+    for prompt in ["FILTER_PROMPT", "FILTER_OUTPUT"]:
+        m = ant.messages.create(model=M, max_tokens=100, messages=user(prompt))
+        assert m.stop_reason == "refusal", m
+        with ant.messages.stream(model=M, max_tokens=100, messages=user(prompt)) as s:
+            assert s.get_final_message().stop_reason == "refusal"
+
+    # generate-content
+    r = gen.models.generate_content(model=M, contents="hi")
+    assert r.text == TEXT, r
+    assert r.usage_metadata.prompt_token_count == 1200 and r.usage_metadata.cached_content_token_count == 1000, r.usage_metadata
+    chunks = list(gen.models.generate_content_stream(model=M, contents="hi"))
+    assert "".join(c.text or "" for c in chunks) == TEXT
+    assert chunks[-1].usage_metadata.cached_content_token_count == 1000, chunks[-1]
+    config = types.GenerateContentConfig(
+        tools=[types.Tool(function_declarations=[types.FunctionDeclaration(name="get_weather", parameters_json_schema=SCHEMA)])],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+    r = gen.models.generate_content(model=M, contents="Weather?", config=config)
+    fc = r.candidates[0].content.parts[0].function_call
+    assert fc.name == "get_weather" and fc.args == {"city": "Paris"}, r
+    calls = [p.function_call for c in gen.models.generate_content_stream(model=M, contents="Weather?", config=config)
+             if c.candidates and c.candidates[0].content and c.candidates[0].content.parts
+             for p in c.candidates[0].content.parts if p.function_call]
+    assert calls and calls[0].args == {"city": "Paris"}, calls
+    raises(genai.errors.ClientError, lambda: gen.models.generate_content(model=M, contents="VENDOR_ERROR"), 400)
+    raises(genai.errors.ClientError, lambda: gen.models.generate_content(model=M, contents="THROTTLE"), 429)
+    for prompt in ["FILTER_PROMPT", "FILTER_OUTPUT"]:
+        r = gen.models.generate_content(model=M, contents=prompt)
+        assert r.candidates[0].finish_reason == types.FinishReason.SAFETY, r
+        chunks = list(gen.models.generate_content_stream(model=M, contents=prompt))
+        assert chunks[-1].candidates[0].finish_reason == types.FinishReason.SAFETY, chunks[-1]
+
+    # responses (through chat on `gpt-4o`, natively on `gpt-4o-v1`)
+    r = oai.responses.create(model=M, input="hi")
+    assert r.output_text == TEXT and r.usage.input_tokens_details.cached_tokens == 1000, r
+    events = list(oai.responses.create(model=M, input="hi", stream=True))
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == TEXT
+    assert events[-1].type == "response.completed", events[-1]
+    assert events[-1].response.usage.input_tokens_details.cached_tokens == 1000
+    raises(openai.BadRequestError, lambda: oai.responses.create(model=M, input="VENDOR_ERROR"), 400)
+    raises(openai.RateLimitError, lambda: oai.responses.create(model=M, input="THROTTLE"), 429)
+    if M == "gpt-4o":
+        rtools = [{"type": "function", "name": "get_weather", "parameters": SCHEMA}]
+        r = oai.responses.create(model=M, input="Weather?", tools=rtools)
+        fc = [o for o in r.output if o.type == "function_call"][0]
+        assert fc.name == "get_weather" and fc.arguments == '{"city":"Paris"}', r
+        for prompt in ["FILTER_PROMPT", "FILTER_OUTPUT"]:
+            r = oai.responses.create(model=M, input=prompt)
+            assert r.status == "incomplete" and r.incomplete_details.reason == "content_filter", r
+            last = list(oai.responses.create(model=M, input=prompt, stream=True))[-1]
+            assert last.response.incomplete_details.reason == "content_filter", last
+print("ok")
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_sdks_reach_azure_through_every_client_protocol() {
+    if std::env::var("MG_SKIP_SDK_TESTS").is_ok() {
+        eprintln!("MG_SKIP_SDK_TESTS set: SDK tests not run");
+        return;
+    }
+    let (up, gw, key, _) = setup().await;
+    let python = std::env::var("MG_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = tokio::process::Command::new(python)
+        .args(["-c", SDK_SCRIPT])
+        .env("GATEWAY_BASE_URL", &gw.base)
+        .env("GATEWAY_KEY", &key)
+        .output()
+        .await
+        .expect("python runs (MG_PYTHON: a venv with the SDKs)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "SDK run failed:\n{text}");
+    // Both URL styles were used, with the resource's keys in turn and no other credential.
+    let reqs = up.up.requests();
+    let paths: std::collections::BTreeSet<_> = reqs.iter().map(|r| r.path.clone()).collect();
+    assert!(
+        paths.contains("/openai/deployments/gpt4o-prod/chat/completions?api-version=2024-10-21"),
+        "{paths:?}"
+    );
+    assert!(paths.contains("/openai/v1/chat/completions"), "{paths:?}");
+    assert!(paths.contains("/openai/v1/responses"), "{paths:?}");
+    let keys: std::collections::BTreeSet<_> =
+        reqs.iter().filter_map(|r| r.header("api-key")).collect();
+    assert_eq!(keys, [KEY_1, KEY_2].into_iter().collect());
+    assert!(reqs.iter().all(|r| r.header("authorization").is_none()));
+    assert_eq!(up.state.unauthorized.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployment_urls_and_the_v1_api_carry_what_azure_expects() {
+    let (up, gw, key, _) = setup().await;
+    let r = ask(&gw, Client::Chat, "gpt-4o", false, &key, "hi")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let last = up.up.last();
+    assert_eq!(
+        last.path,
+        "/openai/deployments/gpt4o-prod/chat/completions?api-version=2024-10-21"
+    );
+    assert!([KEY_1, KEY_2].contains(&last.header("api-key").unwrap()));
+    let r = ask(&gw, Client::Chat, "gpt-4o-v1", false, &key, "hi")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let last = up.up.last();
+    assert_eq!(last.path, "/openai/v1/chat/completions");
+    assert_eq!(
+        last.json()["model"],
+        "gpt4o-prod",
+        "v1: the deployment in the body"
+    );
+    assert_eq!(last.header("api-key"), Some(KEY_1));
+    // A model mapped to a deployment the resource lacks: Azure's 404, sanitized.
+    let (s, _, body) = gw
+        .post(
+            "/v1/chat/completions",
+            &key,
+            &crate::gateway::chat("missing", false),
+        )
+        .await;
+    assert_eq!(s, 404, "{body}");
+    let e = crate::gateway::error_of(&body);
+    assert_eq!(e["type"], "upstream_error");
+    assert!(!body.contains("DeploymentNotFound"), "{body}");
+    // An endpoint Azure does not serve is refused cleanly, before anything is sent.
+    let before = up.up.requests().len();
+    let (s, _, body) = gw
+        .post(
+            "/v1/rerank",
+            &key,
+            &json!({"model": "rerank-v1", "query": "q", "documents": ["a"]}),
+        )
+        .await;
+    assert_eq!(s, 400, "{body}");
+    assert!(body.contains("not served by Azure OpenAI"), "{body}");
+    assert_eq!(up.up.requests().len(), before);
+    // The refusal is not the channel's failure.
+    let (_, channels) = gw.admin_get("/admin/channels").await;
+    let az = channels["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "az")
+        .unwrap();
+    assert_eq!(az["state"], "closed", "{az}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embeddings_images_and_audio_go_to_their_deployments() {
+    let (up, gw, key, _) = setup().await;
+    let v = "?api-version=2024-10-21";
+    let (s, _, body) = gw
+        .post(
+            "/v1/embeddings",
+            &key,
+            &json!({"model": "text-embedding-3-small", "input": "hello"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["data"][0]["embedding"][0],
+        0.25
+    );
+    assert_eq!(
+        up.up.last().path,
+        format!("/openai/deployments/embed-small/embeddings{v}")
+    );
+    let (s, _, body) = gw
+        .post(
+            "/v1/images/generations",
+            &key,
+            &json!({"model": "dall-e-3", "prompt": "a cat", "size": "1024x1024"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(
+        up.up.last().path,
+        format!("/openai/deployments/dalle3/images/generations{v}")
+    );
+    let r = gw
+        .http
+        .post(gw.url("/v1/audio/speech"))
+        .bearer_auth(&key)
+        .json(&json!({"model": "tts-1", "input": "hello", "voice": "alloy"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(&r.bytes().await.unwrap()[..3], b"ID3");
+    assert_eq!(
+        up.up.last().path,
+        format!("/openai/deployments/tts/audio/speech{v}")
+    );
+    let boundary = "azure-boundary";
+    let mut form = Vec::new();
+    for (name, value) in [("model", "whisper-1")] {
+        form.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").as_bytes(),
+        );
+    }
+    form.extend_from_slice(
+        format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n").as_bytes(),
+    );
+    form.extend_from_slice(&[7u8; 16_000]);
+    form.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let r = gw
+        .http
+        .post(gw.url("/v1/audio/transcriptions"))
+        .bearer_auth(&key)
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(form)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status();
+    let body = r.text().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("hello from the recording"), "{body}");
+    assert_eq!(
+        up.up.last().path,
+        format!("/openai/deployments/whisper/audio/transcriptions{v}")
+    );
+}
+
+/// Whether `body` (whole or streamed) is the client protocol's own refusal.
+fn refused(client: Client, stream: bool, body: &str) -> bool {
+    let last_json = |pred: &dyn Fn(&Value) -> bool| {
+        body.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .any(|v| pred(&v))
+    };
+    if !stream {
+        let v: Value = serde_json::from_str(body).unwrap();
+        return match client {
+            Client::Chat => v["choices"][0]["finish_reason"] == "content_filter",
+            Client::Messages => v["stop_reason"] == "refusal",
+            Client::Gemini => v["candidates"][0]["finishReason"] == "SAFETY",
+            Client::Responses => {
+                v["status"] == "incomplete" && v["incomplete_details"]["reason"] == "content_filter"
+            }
+        };
+    }
+    match client {
+        Client::Chat => last_json(&|v| v["choices"][0]["finish_reason"] == "content_filter"),
+        Client::Messages => last_json(&|v| v["delta"]["stop_reason"] == "refusal"),
+        Client::Gemini => last_json(&|v| v["candidates"][0]["finishReason"] == "SAFETY"),
+        Client::Responses => last_json(&|v| {
+            v["type"] == "response.incomplete"
+                && v["response"]["incomplete_details"]["reason"] == "content_filter"
+        }),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_content_filter_reaches_each_client_as_its_own_refusal() {
+    let (_up, gw, key, id) = setup().await;
+    for client in CLIENTS {
+        for stream in [false, true] {
+            // The prompt refused (Azure's 400): chat keeps OpenAI's 400 `content_filter`.
+            let r = ask(&gw, client, "gpt-4o", stream, &key, "FILTER_PROMPT")
+                .send()
+                .await
+                .unwrap();
+            let status = r.status().as_u16();
+            let body = r.text().await.unwrap();
+            if client == Client::Chat {
+                assert_eq!(status, 400, "{body}");
+                let e = crate::gateway::error_of(&body);
+                assert_eq!(
+                    (e["code"].as_str(), e["param"].as_str()),
+                    (Some("content_filter"), Some("prompt"))
+                );
+                assert!(!body.contains("ResponsibleAIPolicyViolation"), "{body}");
+            } else {
+                assert_eq!(status, 200, "{client:?} {stream}: {body}");
+                assert!(
+                    refused(client, stream, &body),
+                    "{client:?} {stream}: {body}"
+                );
+            }
+            // The completion cut by the filter (`finish_reason: content_filter`).
+            let r = ask(&gw, client, "gpt-4o", stream, &key, "FILTER_OUTPUT")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            let body = r.text().await.unwrap();
+            assert!(
+                refused(client, stream, &body),
+                "{client:?} {stream} cut: {body}"
+            );
+            if stream {
+                assert!(!body.contains("(request id: "), "no error event: {body}");
+            }
+        }
+    }
+    // Refused prompts cost nothing; the eight cut completions are billed their usage.
+    assert_eq!(gw.used_micros(&id).await, 8 * COST);
+    let (_, channels) = gw.admin_get("/admin/channels").await;
+    let az = channels["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "az")
+        .unwrap();
+    assert_eq!(az["state"], "closed", "refusals are not failures: {az}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_is_priced_like_the_same_model_on_openai() {
+    let (_up, gw, key, id) = setup().await;
+    let mut spent = 0;
+    for client in CLIENTS {
+        for stream in [false, true] {
+            for model in ["gpt-4o", "gpt-4o-v1"] {
+                let r = protocols::request(&gw, client, model, stream, &key)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200, "{client:?} {model} {stream}");
+                let _ = r.bytes().await.unwrap();
+                spent += COST;
+                assert_eq!(
+                    gw.used_micros(&id).await,
+                    spent,
+                    "{client:?} {model} {stream}"
+                );
+            }
+        }
+    }
+    let (s, log) = gw.get("/api/log/token?limit=1", &key).await;
+    assert_eq!(s, 200);
+    let rec = &log["data"][0];
+    assert_eq!(rec["channel"], "az-v1", "{rec}");
+    assert!(!rec["estimated"].as_bool().unwrap_or(false), "{rec}");
+}
+
+fn entra_config(base: &str, token_url: &str, secret: &str) -> String {
+    format!(
+        "channels:\n\
+         \x20 - name: az-entra\n\
+         \x20   protocol: azure\n\
+         \x20   base_url: \"{base}\"\n\
+         \x20   api_version: \"2024-10-21\"\n\
+         \x20   entra: {{ tenant_id: {TENANT}, client_id: {CLIENT_ID}, client_secret: {secret}, token_url: \"{token_url}\" }}\n\
+         \x20   models: [gpt-4o]\n\
+         \x20   model_map: {{ gpt-4o: gpt4o-prod }}\n\
+         \x20   circuit: {{ failures: 1, cooldown_secs: 600 }}\n\
+         \x20 - name: az-key\n\
+         \x20   protocol: azure\n\
+         \x20   base_url: \"{base}\"\n\
+         \x20   api_version: v1\n\
+         \x20   api_key: {KEY_1}\n\
+         \x20   priority: 1\n\
+         \x20   models: [gpt-4o]\n\
+         \x20   model_map: {{ gpt-4o: gpt4o-prod }}\n\
+         prices:\n{PRICE}"
+    )
+}
+
+fn channel<'a>(channels: &'a Value, name: &str) -> &'a Value {
+    channels["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entra_token_that_lapses_mid_run_is_renewed_while_requests_keep_succeeding() {
+    // Tokens live two seconds: the gateway renews each at half its life.
+    let up = mock(Duration::from_secs(2)).await;
+    let cfg = entra_config(&up.base_url(), &up.token_url(), CLIENT_SECRET);
+    let gw = TestGateway::start(&cfg, StoreKind::Embedded).await;
+    let (key, _) = gw.create_key(json!({})).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut sent = 0;
+    // Requests, two at a time, until the third token was issued (the first two lapsed).
+    while up.state.grants.load(Ordering::SeqCst) < 3 {
+        assert!(Instant::now() < deadline, "no renewal within 20 s");
+        let (a, b) = tokio::join!(
+            ask(&gw, Client::Chat, "gpt-4o", false, &key, "hi").send(),
+            ask(&gw, Client::Messages, "gpt-4o", true, &key, "hi").send(),
+        );
+        for r in [a.unwrap(), b.unwrap()] {
+            assert_eq!(r.status(), 200, "request {sent}");
+            let _ = r.bytes().await.unwrap();
+            sent += 2;
+        }
+    }
+    assert_eq!(
+        up.state.expired.load(Ordering::SeqCst),
+        0,
+        "never sent a lapsed token"
+    );
+    assert_eq!(up.state.unauthorized.load(Ordering::SeqCst), 0);
+    let reqs = up.up.requests();
+    let served: Vec<_> = reqs
+        .iter()
+        .filter(|r| r.path.starts_with("/openai/"))
+        .collect();
+    assert!(served
+        .iter()
+        .all(|r| r.path.starts_with("/openai/deployments/gpt4o-prod/")));
+    assert!(served.iter().all(|r| r
+        .header("authorization")
+        .is_some_and(|a| a.starts_with("Bearer entra-token-"))));
+    assert!(served.iter().all(|r| r.header("api-key").is_none()));
+    // No request went to the second channel.
+    let (_, channels) = gw.admin_get("/admin/channels").await;
+    let entra = channel(&channels, "az-entra");
+    assert_eq!(entra["auth"]["kind"], "entra", "{entra}");
+    assert!(entra["auth"]["valid_until"].is_string(), "{entra}");
+    assert!(entra["auth"]["last_refresh_error"].is_null(), "{entra}");
+    let text = channels.to_string();
+    assert!(
+        !text.contains(CLIENT_SECRET) && !text.contains("entra-token-"),
+        "{text}"
+    );
+    assert!(served.len() >= 6, "{}", served.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_token_grant_fails_over_to_the_next_channel_and_shows_why() {
+    let up = mock(Duration::from_secs(3600)).await;
+    let cfg = entra_config(&up.base_url(), &up.token_url(), "a-wrong-secret");
+    let gw = TestGateway::start(&cfg, StoreKind::Embedded).await;
+    let (key, _) = gw.create_key(json!({})).await;
+    for stream in [false, true] {
+        let r = ask(&gw, Client::Chat, "gpt-4o", stream, &key, "hi")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let _ = r.bytes().await.unwrap();
+    }
+    // One refused grant opened the circuit (failures: 1): asked once, not per request.
+    assert_eq!(up.state.grants.load(Ordering::SeqCst), 0);
+    let grants = up
+        .up
+        .requests()
+        .iter()
+        .filter(|r| r.path.contains("/oauth2/"))
+        .count();
+    assert_eq!(grants, 1);
+    assert_eq!(up.up.last().path, "/openai/v1/chat/completions");
+    let (_, channels) = gw.admin_get("/admin/channels").await;
+    let entra = channel(&channels, "az-entra");
+    assert_eq!(entra["state"], "open", "{entra}");
+    let why = entra["auth"]["last_refresh_error"].as_str().unwrap();
+    assert!(
+        why.contains("401") && why.contains("invalid_client"),
+        "{why}"
+    );
+    assert!(entra["auth"]["valid_until"].is_null());
+    assert!(!channels.to_string().contains("a-wrong-secret"));
+    assert!(!channels.to_string().contains("AADSTS"));
+    assert_eq!(channel(&channels, "az-key")["auth"]["kind"], "api_key");
+}
+
+#[test]
+fn check_config_names_the_azure_field_at_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let base =
+        "  - { name: az, protocol: azure, base_url: \"https://r.openai.azure.com\", models: [m]";
+    let entra = "entra: { tenant_id: t, client_id: c, client_secret: s }";
+    for (fields, path) in [
+        ("api_key: k", "channels[0].api_version"),
+        ("api_key: k, api_version: latest", "channels[0].api_version"),
+        ("api_version: v1", "channels[0].api_key"),
+        (&format!("api_version: v1, api_key: k, {entra}") as &str, "channels[0].entra"),
+        ("api_version: v1, entra: { tenant_id: t, client_id: c, client_secret: \"\" }", "channels[0].entra.client_secret"),
+        ("api_version: v1, entra: { tenant_id: \"\", client_id: c, client_secret: s }", "channels[0].entra.tenant_id"),
+        ("api_version: v1, entra: { tenant_id: t, client_id: c, client_secret: s, token_url: \"not a url\" }", "channels[0].entra.token_url"),
+    ] {
+        let text = config_text(&format!("channels:\n{base}, {fields} }}\n"), &StoreKind::Embedded, dir.path());
+        let e = model_gateway::config::Config::parse(&text, dir.path()).err().unwrap_or_else(|| panic!("{fields} accepted"));
+        assert_eq!(e.path, path, "{fields}: {e}");
+    }
+    // The Azure options on another protocol are refused, not ignored.
+    let text = config_text(
+        "channels:\n  - { name: o, protocol: openai, base_url: \"https://api.openai.com\", models: [m], api_version: v1 }\n",
+        &StoreKind::Embedded,
+        dir.path(),
+    );
+    let e = model_gateway::config::Config::parse(&text, dir.path())
+        .err()
+        .unwrap();
+    assert_eq!(e.path, "channels[0].api_version");
+    // And a good one passes `check-config`, the secret from the environment.
+    let good = format!(
+        "channels:\n{base}, api_version: \"2024-10-21\", entra: {{ tenant_id: t, client_id: c, client_secret: \"${{AZ_TEST_SECRET}}\" }} }}\nprices:\n  m: {{ input: 1, output: 1 }}\n"
+    );
+    let file = dir.path().join("gateway.yaml");
+    std::fs::write(&file, config_text(&good, &StoreKind::Embedded, dir.path())).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_model-gateway"))
+        .args(["check-config", "--config"])
+        .arg(&file)
+        .env("AZ_TEST_SECRET", "s3cr3t")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = ADMIN_TOKEN;
+}
