@@ -169,6 +169,9 @@ impl Exchange {
             None => c.health.success(latency),
             Some(kind) => {
                 c.health.failure(&c.circuit, kind, Some(latency));
+                if let (ErrorKind::Auth, Some(cloud)) = (kind, &c.cloud) {
+                    cloud.refused(self.status());
+                }
                 if kind == ErrorKind::Auth && c.keys.set_aside(key, self.status()) {
                     tracing::warn!(
                         channel = %c.name, key = key, status = self.status(),

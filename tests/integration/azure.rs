@@ -385,11 +385,12 @@ async fn embeddings_images_and_audio_go_to_their_deployments() {
     );
     let boundary = "azure-boundary";
     let mut form = Vec::new();
-    for (name, value) in [("model", "whisper-1")] {
-        form.extend_from_slice(
-            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").as_bytes(),
-        );
-    }
+    form.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n"
+        )
+        .as_bytes(),
+    );
     form.extend_from_slice(
         format!("--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n").as_bytes(),
     );
@@ -615,6 +616,25 @@ async fn an_entra_token_that_lapses_mid_run_is_renewed_while_requests_keep_succe
         "{text}"
     );
     assert!(served.len() >= 6, "{}", served.len());
+    // A token Azure stops taking (revoked) is dropped after its refusal: the next
+    // request asks for a new one.
+    up.state.revoke();
+    let grants = up.state.grants.load(Ordering::SeqCst);
+    let r = ask(&gw, Client::Chat, "gpt-4o", false, &key, "hi")
+        .send()
+        .await
+        .unwrap();
+    if r.status() != 200 {
+        assert_eq!(r.status(), 500, "the credentials' refusal, sanitized");
+        let body = r.text().await.unwrap();
+        assert!(body.contains("refused the gateway's credentials"), "{body}");
+        let r = ask(&gw, Client::Chat, "gpt-4o", false, &key, "hi")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    assert!(up.state.grants.load(Ordering::SeqCst) > grants);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

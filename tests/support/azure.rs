@@ -62,6 +62,13 @@ pub struct State {
     pub unauthorized: AtomicU32,
 }
 
+impl State {
+    /// Revokes every token issued so far (they are refused from now on).
+    pub fn revoke(&self) {
+        self.issued.lock().unwrap().clear();
+    }
+}
+
 pub struct AzureMock {
     pub up: MockUpstream,
     pub state: Arc<State>,

@@ -55,7 +55,7 @@ enum Style {
 enum Auth {
     /// The resource's key, in the `api-key` header (the channel's keys, in turn).
     Key,
-    Entra(Entra),
+    Entra(Box<Entra>),
 }
 
 /// An `azure` channel's cloud part.
@@ -95,7 +95,7 @@ impl Azure {
                     "set `entra` or `api_key`/`api_keys`, not both",
                 ))
             }
-            Some(e) => Auth::Entra(Entra::from_raw(e)?),
+            Some(e) => Auth::Entra(Box::new(Entra::from_raw(e)?)),
             None if has_key => Auth::Key,
             None => {
                 return Err(invalid(
@@ -231,6 +231,12 @@ impl Cloud for Azure {
                 v["api_version"] = json!(style);
                 v
             }
+        }
+    }
+
+    fn refused(&self, _status: u16) {
+        if let Auth::Entra(e) = &self.auth {
+            e.forget();
         }
     }
 
@@ -384,6 +390,15 @@ impl Entra {
                     None => Err(e),
                 }
             }
+        }
+    }
+
+    /// Azure refused the token (revoked, or its lifetime misjudged): the next request
+    /// asks for a new one.
+    fn forget(&self) {
+        if self.state.lock().token.take().is_some() {
+            tracing::warn!(client_id = %self.client_id,
+                "Azure refused the Entra ID token; a new one is asked for");
         }
     }
 

@@ -325,3 +325,13 @@ async fn a_failed_renewal_is_an_auth_error_shown_without_secrets() {
     assert!(a.auth_state()["last_refresh_error"].is_string());
     assert!(bearer(&a, &http, 101).await.is_err());
 }
+
+#[tokio::test]
+async fn a_token_azure_refuses_is_replaced_by_the_next_request() {
+    let a = Azure::from_raw(&raw(Some("v1"), "", Some(entra()))).unwrap();
+    let http = Endpoint::new(3600);
+    assert_eq!(bearer(&a, &http, 0).await.unwrap(), "Bearer tok-1");
+    a.refused(401);
+    assert_eq!(bearer(&a, &http, 1).await.unwrap(), "Bearer tok-2");
+    assert_eq!(bearer(&a, &http, 2).await.unwrap(), "Bearer tok-2");
+}

@@ -128,6 +128,10 @@ pub trait Cloud: Send + Sync {
     /// token its expiry and the last refresh error. Never a secret.
     fn auth_state(&self) -> serde_json::Value;
 
+    /// The upstream refused a request this cloud authenticated (401 or 403): a cached
+    /// token it may hold is dropped, so the next request mints a new one.
+    fn refused(&self, _status: u16) {}
+
     /// Secrets of the cloud's own (beyond the channel's keys), masked wherever the
     /// gateway logs an upstream's text.
     fn secrets(&self) -> Vec<&str> {
