@@ -117,127 +117,7 @@ fn ask(
 /// The official SDKs, one Python run: text, tools and cache tokens of the four client
 /// protocols, streamed and not, a vendor error, a throttled answer and the content
 /// filter's refusals, each in the client's own terms.
-const SDK_SCRIPT: &str = r#"
-import os
-import openai, anthropic
-from google import genai
-from google.genai import types
-
-BASE, KEY = os.environ["GATEWAY_BASE_URL"], os.environ["GATEWAY_KEY"]
-TEXT = "Hello from Azure"
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-oai = openai.OpenAI(base_url=f"{BASE}/v1", api_key=KEY, max_retries=0)
-ant = anthropic.Anthropic(base_url=BASE, api_key=KEY, max_retries=0)
-gen = genai.Client(api_key=KEY, http_options=types.HttpOptions(base_url=BASE, api_version="v1beta"))
-user = lambda t: [{"role": "user", "content": t}]
-
-def raises(kind, f, status):
-    try:
-        f()
-    except kind as e:
-        code = getattr(e, "status_code", None) or getattr(e, "code", None)
-        assert code == status, (code, e)
-        assert "internal-host" not in str(e), e
-        return e
-    raise AssertionError(f"no {kind.__name__}")
-
-for M in ["gpt-4o", "gpt-4o-v1"]:
-    # chat
-    r = oai.chat.completions.create(model=M, messages=user("hi"))
-    assert r.choices[0].message.content == TEXT, r
-    assert r.usage.prompt_tokens == 1200 and r.usage.prompt_tokens_details.cached_tokens == 1000, r.usage
-    chunks = list(oai.chat.completions.create(model=M, messages=user("hi"), stream=True,
-                                              stream_options={"include_usage": True}))
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == TEXT
-    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 1000, chunks[-1]
-    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}}]
-    r = oai.chat.completions.create(model=M, messages=user("Weather in Paris?"), tools=tools)
-    call = r.choices[0].message.tool_calls[0].function
-    assert (call.name, call.arguments) == ("get_weather", '{"city":"Paris"}'), r
-    name, args = "", ""
-    for c in oai.chat.completions.create(model=M, messages=user("Weather?"), tools=tools, stream=True):
-        for tc in (c.choices[0].delta.tool_calls or []) if c.choices else []:
-            name += tc.function.name or ""
-            args += tc.function.arguments or ""
-    assert (name, args) == ("get_weather", '{"city":"Paris"}'), (name, args)
-    raises(openai.BadRequestError, lambda: oai.chat.completions.create(model=M, messages=user("VENDOR_ERROR")), 400)
-    raises(openai.RateLimitError, lambda: oai.chat.completions.create(model=M, messages=user("THROTTLE")), 429)
-    e = raises(openai.BadRequestError, lambda: oai.chat.completions.create(model=M, messages=user("FILTER_PROMPT")), 400)
-    assert e.code == "content_filter", e.body
-    r = oai.chat.completions.create(model=M, messages=user("FILTER_OUTPUT"))
-    assert r.choices[0].finish_reason == "content_filter", r
-    chunks = list(oai.chat.completions.create(model=M, messages=user("FILTER_OUTPUT"), stream=True))
-    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "content_filter"
-
-    # messages
-    m = ant.messages.create(model=M, max_tokens=100, messages=user("hi"))
-    assert m.content[0].text == TEXT and m.stop_reason == "end_turn", m
-    assert m.usage.cache_read_input_tokens == 1000 and m.usage.input_tokens == 200, m.usage
-    with ant.messages.stream(model=M, max_tokens=100, messages=user("hi")) as s:
-        assert "".join(s.text_stream) == TEXT
-        final = s.get_final_message()
-    assert final.usage.cache_read_input_tokens == 1000 and final.usage.output_tokens == 50, final.usage
-    atools = [{"name": "get_weather", "input_schema": SCHEMA}]
-    m = ant.messages.create(model=M, max_tokens=100, messages=user("Weather?"), tools=atools)
-    assert m.stop_reason == "tool_use" and m.content[-1].input == {"city": "Paris"}, m
-    with ant.messages.stream(model=M, max_tokens=100, messages=user("Weather?"), tools=atools) as s:
-        final = s.get_final_message()
-    assert final.stop_reason == "tool_use" and final.content[-1].input == {"city": "Paris"}, final
-    raises(anthropic.BadRequestError, lambda: ant.messages.create(model=M, max_tokens=9, messages=user("VENDOR_ERROR")), 400)
-    raises(anthropic.RateLimitError, lambda: ant.messages.create(model=M, max_tokens=9, messages=user("THROTTLE")), 429)
-    for prompt in ["FILTER_PROMPT", "FILTER_OUTPUT"]:
-        m = ant.messages.create(model=M, max_tokens=100, messages=user(prompt))
-        assert m.stop_reason == "refusal", m
-        with ant.messages.stream(model=M, max_tokens=100, messages=user(prompt)) as s:
-            assert s.get_final_message().stop_reason == "refusal"
-
-    # generate-content
-    r = gen.models.generate_content(model=M, contents="hi")
-    assert r.text == TEXT, r
-    assert r.usage_metadata.prompt_token_count == 1200 and r.usage_metadata.cached_content_token_count == 1000, r.usage_metadata
-    chunks = list(gen.models.generate_content_stream(model=M, contents="hi"))
-    assert "".join(c.text or "" for c in chunks) == TEXT
-    assert chunks[-1].usage_metadata.cached_content_token_count == 1000, chunks[-1]
-    config = types.GenerateContentConfig(
-        tools=[types.Tool(function_declarations=[types.FunctionDeclaration(name="get_weather", parameters_json_schema=SCHEMA)])],
-        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
-    r = gen.models.generate_content(model=M, contents="Weather?", config=config)
-    fc = r.candidates[0].content.parts[0].function_call
-    assert fc.name == "get_weather" and fc.args == {"city": "Paris"}, r
-    calls = [p.function_call for c in gen.models.generate_content_stream(model=M, contents="Weather?", config=config)
-             if c.candidates and c.candidates[0].content and c.candidates[0].content.parts
-             for p in c.candidates[0].content.parts if p.function_call]
-    assert calls and calls[0].args == {"city": "Paris"}, calls
-    raises(genai.errors.ClientError, lambda: gen.models.generate_content(model=M, contents="VENDOR_ERROR"), 400)
-    raises(genai.errors.ClientError, lambda: gen.models.generate_content(model=M, contents="THROTTLE"), 429)
-    for prompt in ["FILTER_PROMPT", "FILTER_OUTPUT"]:
-        r = gen.models.generate_content(model=M, contents=prompt)
-        assert r.candidates[0].finish_reason == types.FinishReason.SAFETY, r
-        chunks = list(gen.models.generate_content_stream(model=M, contents=prompt))
-        assert chunks[-1].candidates[0].finish_reason == types.FinishReason.SAFETY, chunks[-1]
-
-    # responses (through chat on `gpt-4o`, natively on `gpt-4o-v1`)
-    r = oai.responses.create(model=M, input="hi")
-    assert r.output_text == TEXT and r.usage.input_tokens_details.cached_tokens == 1000, r
-    events = list(oai.responses.create(model=M, input="hi", stream=True))
-    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == TEXT
-    assert events[-1].type == "response.completed", events[-1]
-    assert events[-1].response.usage.input_tokens_details.cached_tokens == 1000
-    raises(openai.BadRequestError, lambda: oai.responses.create(model=M, input="VENDOR_ERROR"), 400)
-    raises(openai.RateLimitError, lambda: oai.responses.create(model=M, input="THROTTLE"), 429)
-    if M == "gpt-4o":
-        rtools = [{"type": "function", "name": "get_weather", "parameters": SCHEMA}]
-        r = oai.responses.create(model=M, input="Weather?", tools=rtools)
-        fc = [o for o in r.output if o.type == "function_call"][0]
-        assert fc.name == "get_weather" and fc.arguments == '{"city":"Paris"}', r
-        for prompt in ["FILTER_PROMPT", "FILTER_OUTPUT"]:
-            r = oai.responses.create(model=M, input=prompt)
-            assert r.status == "incomplete" and r.incomplete_details.reason == "content_filter", r
-            last = list(oai.responses.create(model=M, input=prompt, stream=True))[-1]
-            assert last.response.incomplete_details.reason == "content_filter", last
-print("ok")
-"#;
-
+const SDK_SCRIPT: &str = include_str!("azure_sdk.py");
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_sdks_reach_azure_through_every_client_protocol() {
     if std::env::var("MG_SKIP_SDK_TESTS").is_ok() {
@@ -722,4 +602,120 @@ fn check_config_names_the_azure_field_at_fault() {
         String::from_utf8_lossy(&out.stderr)
     );
     let _ = ADMIN_TOKEN;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_key_azure_refuses_is_set_aside_and_the_others_serve() {
+    let up = mock(Duration::from_secs(3600)).await;
+    let cfg = format!(
+        "channels:\n  - {{ name: az, protocol: azure, base_url: \"{}\", api_version: v1, \
+         api_keys: [revoked-key, {KEY_2}], models: [gpt-4o], model_map: {{ gpt-4o: gpt4o-prod }} }}\n\
+         prices:\n{PRICE}",
+        up.base_url()
+    );
+    let gw = TestGateway::start(&cfg, StoreKind::Embedded).await;
+    let (key, _) = gw.create_key(json!({})).await;
+    let mut refused = 0;
+    for _ in 0..4 {
+        let r = ask(&gw, Client::Chat, "gpt-4o", false, &key, "hi")
+            .send()
+            .await
+            .unwrap();
+        match r.status().as_u16() {
+            200 => {}
+            500 => refused += 1,
+            s => panic!("status {s}"),
+        }
+    }
+    assert_eq!(refused, 1, "the revoked key is tried once");
+    assert_eq!(up.up.last().header("api-key"), Some(KEY_2));
+    let (_, channels) = gw.admin_get("/admin/channels").await;
+    let keys = &channel(&channels, "az")["keys"];
+    assert_eq!(keys[0]["state"], "set_aside", "{keys}");
+    assert_eq!(keys[0]["refused_with"], 401);
+    assert_eq!(keys[1]["state"], "in_use");
+    assert!(!channels.to_string().contains(KEY_2));
+}
+
+/// The mock refuses what Azure refuses (so the tests above prove the gateway avoids it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mock_refuses_what_azure_refuses() {
+    let up = mock(Duration::ZERO).await;
+    let http = reqwest::Client::new();
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}]});
+    let send = |path: &str, auth: (&str, String)| {
+        http.post(format!("{}{path}", up.base_url()))
+            .header(auth.0, auth.1)
+            .json(&chat)
+            .send()
+    };
+    let key = || ("api-key", KEY_1.to_string());
+    let dep = "/openai/deployments/gpt4o-prod/chat/completions";
+    let status_code = |r: reqwest::Response| async move {
+        let s = r.status().as_u16();
+        let v: Value = r.json().await.unwrap();
+        (s, v["error"]["code"].as_str().unwrap_or("").to_string())
+    };
+    let ok = send(&format!("{dep}?api-version=2024-10-21"), key())
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(
+        status_code(send(dep, key()).await.unwrap()).await,
+        (404, "404".into())
+    );
+    assert_eq!(
+        status_code(
+            send(&format!("{dep}?api-version=2099-01-01"), key())
+                .await
+                .unwrap()
+        )
+        .await,
+        (400, "BadRequest".into())
+    );
+    assert_eq!(
+        status_code(
+            send(
+                "/openai/deployments/nope/chat/completions?api-version=2024-10-21",
+                key()
+            )
+            .await
+            .unwrap()
+        )
+        .await,
+        (404, "DeploymentNotFound".into())
+    );
+    let wrong = ("api-key", "wrong".to_string());
+    assert_eq!(
+        status_code(
+            send(&format!("{dep}?api-version=2024-10-21"), wrong)
+                .await
+                .unwrap()
+        )
+        .await
+        .0,
+        401
+    );
+    // A token of no lifetime has lapsed when it is used.
+    let form = format!(
+        "grant_type=client_credentials&client_id={CLIENT_ID}&client_secret={CLIENT_SECRET}&scope=https%3A%2F%2Fcognitiveservices.azure.com%2F.default"
+    );
+    let r = http
+        .post(up.token_url())
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(form)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let token: Value = r.json().await.unwrap();
+    let bearer = (
+        "authorization",
+        format!("Bearer {}", token["access_token"].as_str().unwrap()),
+    );
+    let r = send(&format!("{dep}?api-version=2024-10-21"), bearer)
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(up.state.expired.load(Ordering::SeqCst), 1);
 }
