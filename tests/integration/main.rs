@@ -40,6 +40,7 @@ mod volcengine;
 
 mod auth;
 mod azure;
+mod azure_auth;
 mod cap;
 mod cap_property;
 mod cap_streams;
