@@ -34,6 +34,10 @@ pub enum UpstreamFailure {
     Status(u16),
     /// The connection broke mid-response.
     Broken,
+    /// The upstream's content filter refused the prompt (Azure OpenAI's 400
+    /// `content_filter`): the client's 400 `content_filter`, or its protocol's own
+    /// refusal where it has one (`relay::exchange`).
+    ContentFilter,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,6 +238,7 @@ impl GatewayError {
             Upstream(UpstreamFailure::BadResponse) => "upstream_bad_response",
             Upstream(UpstreamFailure::Broken) => "upstream_broken",
             Upstream(UpstreamFailure::Status(_)) => "upstream_error",
+            Upstream(UpstreamFailure::ContentFilter) => "content_filter",
         }
     }
 
@@ -244,6 +249,7 @@ impl GatewayError {
             | GatewayError::ModelNotPriced(_)
             | GatewayError::ModelNotFound(_) => Some("model"),
             GatewayError::LimitReached(l) => Some(l.param()),
+            GatewayError::Upstream(UpstreamFailure::ContentFilter) => Some("prompt"),
             _ => None,
         }
     }
@@ -362,6 +368,7 @@ fn upstream_status(f: UpstreamFailure) -> u16 {
     match f {
         // Client errors the caller can fix keep their status (spec 7).
         UpstreamFailure::Status(s @ (400 | 404 | 409 | 413 | 422 | 429)) => s,
+        UpstreamFailure::ContentFilter => 400,
         // 401/403/407 concern the channel's own credentials, which the caller cannot
         // fix; every other failure is the spec's 500 "gateway or upstream failure".
         UpstreamFailure::Status(_)
@@ -395,6 +402,9 @@ fn upstream_message(f: UpstreamFailure) -> &'static str {
             "The upstream provider refused the gateway's credentials."
         }
         UpstreamFailure::Status(_) => "The upstream provider failed to process the request.",
+        UpstreamFailure::ContentFilter => {
+            "The upstream provider's content filter refused the prompt."
+        }
     }
 }
 

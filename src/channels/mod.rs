@@ -42,6 +42,9 @@ pub enum ChannelProtocol {
     /// Amazon Bedrock Runtime: the Converse API for every model, SigV4-signed
     /// ([`cloud::bedrock`]).
     Bedrock,
+    /// Azure OpenAI: the OpenAI API at Azure's paths, with Azure's authentication
+    /// ([`cloud::azure`]).
+    Azure,
 }
 
 impl ChannelProtocol {
@@ -54,6 +57,7 @@ impl ChannelProtocol {
         ChannelProtocol::DashScope,
         ChannelProtocol::Demo,
         ChannelProtocol::Bedrock,
+        ChannelProtocol::Azure,
     ];
 
     pub fn parse(s: &str) -> Option<ChannelProtocol> {
@@ -66,6 +70,7 @@ impl ChannelProtocol {
             "dashscope" => Some(ChannelProtocol::DashScope),
             "demo" => Some(ChannelProtocol::Demo),
             "bedrock" => Some(ChannelProtocol::Bedrock),
+            "azure" => Some(ChannelProtocol::Azure),
             _ => None,
         }
     }
@@ -80,13 +85,16 @@ impl ChannelProtocol {
             ChannelProtocol::DashScope => "dashscope",
             ChannelProtocol::Demo => "demo",
             ChannelProtocol::Bedrock => "bedrock",
+            ChannelProtocol::Azure => "azure",
         }
     }
 
     /// The media API a channel of this protocol speaks.
     pub fn media_api(self) -> crate::media::Api {
         match self {
-            ChannelProtocol::OpenAi | ChannelProtocol::Demo => crate::media::Api::OpenAi,
+            ChannelProtocol::OpenAi | ChannelProtocol::Demo | ChannelProtocol::Azure => {
+                crate::media::Api::OpenAi
+            }
             ChannelProtocol::DashScope => crate::media::Api::DashScope,
             ChannelProtocol::Anthropic
             | ChannelProtocol::Gemini
@@ -110,6 +118,7 @@ impl ChannelProtocol {
         match self {
             ChannelProtocol::OpenAi
             | ChannelProtocol::Demo
+            | ChannelProtocol::Azure
             | ChannelProtocol::VideoA
             | ChannelProtocol::VideoB
             | ChannelProtocol::DashScope => Protocol::Chat,
@@ -146,7 +155,7 @@ pub struct Channel {
     pub health: Arc<Health>,
     pub models: Vec<String>,
     pub model_map: BTreeMap<String, String>,
-    /// Serves the Responses API natively (`openai` channels).
+    /// Serves the Responses API natively (`openai` and `azure` channels).
     pub responses_api: bool,
     /// The member a chat request to this channel carries its output limit in.
     pub chat_limit_field: &'static str,
@@ -201,10 +210,11 @@ impl Channel {
             path_prefix,
         } = checks::base_url(&c.base_url)?;
         checks::models(&c)?;
-        if c.responses_api && protocol != ChannelProtocol::OpenAi {
+        if c.responses_api && !matches!(protocol, ChannelProtocol::OpenAi | ChannelProtocol::Azure)
+        {
             return Err(invalid(
                 "responses_api",
-                "only `openai` channels can serve the Responses API natively",
+                "only `openai` and `azure` channels can serve the Responses API natively",
             ));
         }
         if c.weight == 0 {

@@ -321,6 +321,12 @@ impl Config {
             channels
                 .iter()
                 .flat_map(|c| c.keys.secrets())
+                .chain(
+                    channels
+                        .iter()
+                        .filter_map(|c| c.cloud.as_ref())
+                        .flat_map(|cloud| cloud.secrets()),
+                )
                 .chain(admin.iter().map(|a| a.token.as_str())),
         );
         Ok(Config {

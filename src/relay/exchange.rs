@@ -84,6 +84,9 @@ pub async fn run<R: Request>(
     .await
     {
         Ok(ex) => ex,
+        Err(GatewayError::Upstream(UpstreamFailure::ContentFilter)) => {
+            return content_refusal(ctx, request, guard).await;
+        }
         Err(e) => {
             // Nothing reached the client: nothing is charged.
             guard.settle(0).await;
@@ -169,8 +172,31 @@ fn observe_attempt(
     }
 }
 
+/// The upstream's content filter refused the prompt: the client's protocol's own refusal
+/// where it has one (a whole answer, or a whole stream, that ends for that reason),
+/// else the 400 `content_filter`. Nothing was generated: nothing is charged.
+async fn content_refusal<R: Request>(
+    ctx: &mut Ctx,
+    request: R,
+    mut guard: ReservationGuard,
+) -> Result<Answer, GatewayError> {
+    let mut meter = request.meter(&ctx.request_id, guard.account());
+    let Some((body, content_type)) = meter.refusal() else {
+        guard.settle(0).await;
+        return Err(GatewayError::Upstream(UpstreamFailure::ContentFilter));
+    };
+    let cost = Cost::exact(crate::protocol::Usage::default(), 0);
+    settle(ctx, &mut guard, cost, Bill::default(), 200).await;
+    ctx.charged = Some((0, false));
+    Ok(Answer::Full {
+        status: 200,
+        content_type,
+        body,
+    })
+}
+
 /// An upstream's non-2xx answer: its text goes to the operator's log, the client gets
-/// the status and a stable message (spec 7.2).
+/// the status and a stable message (spec 7.2); a content filter's refusal is told apart.
 pub(crate) async fn refused(gw: &Gateway, ctx: &Ctx, mut ex: Exchange) -> GatewayError {
     let status = ex.status();
     let body = ex.body(ERROR_BODY_LIMIT).await.unwrap_or_default();
@@ -180,6 +206,9 @@ pub(crate) async fn refused(gw: &Gateway, ctx: &Ctx, mut ex: Exchange) -> Gatewa
         "upstream error"
     );
     ex.finish(gw).await;
+    if crate::channels::cloud::azure::refused_by_filter(status, &body) {
+        return GatewayError::Upstream(UpstreamFailure::ContentFilter);
+    }
     GatewayError::Upstream(UpstreamFailure::Status(status))
 }
 

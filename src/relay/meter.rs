@@ -118,6 +118,13 @@ pub trait Meter: Send {
 
     /// The lines of [`Meter::cost`] (asked once, when the request settles).
     fn bill(&self) -> Bill;
+
+    /// The upstream's content filter refused the prompt before anything was generated:
+    /// the client's body and content type where its protocol tells a refusal in an
+    /// answer of its own (a stop reason), `None` where the error stands.
+    fn refusal(&mut self) -> Option<(Bytes, String)> {
+        None
+    }
 }
 
 /// Output tokens a piece of delivered output can hold at most: every tokenizer the

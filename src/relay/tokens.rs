@@ -358,6 +358,60 @@ impl Meter for TokenMeter {
     fn bill(&self) -> Bill {
         self.price.bill(&self.cost().usage)
     }
+
+    /// Chat clients get the upstream's own 400 `content_filter`; the other protocols tell
+    /// a refused prompt in an answer that stops for that reason (messages
+    /// `stop_reason: "refusal"`, generate-content `finishReason: "SAFETY"`, responses
+    /// `incomplete_details.reason: "content_filter"`): an empty chat answer that stopped
+    /// with `content_filter`, translated as any chat upstream's answer is.
+    fn refusal(&mut self) -> Option<(Bytes, String)> {
+        if self.client == Protocol::Chat {
+            return None;
+        }
+        self.upstream = Protocol::Chat;
+        let (created, id, model) = (
+            ids::now_secs(),
+            format!("chatcmpl-{}", self.request_id),
+            self.model.clone(),
+        );
+        let refused = |object: &str, choice: Value| {
+            serde_json::json!({
+                "id": id, "object": object, "created": created, "model": model,
+                "choices": [choice],
+            })
+        };
+        if !self.stream {
+            let body = refused(
+                "chat.completion",
+                serde_json::json!({"index": 0, "message": {"role": "assistant", "content": ""},
+                                   "finish_reason": "content_filter"}),
+            );
+            return self
+                .whole(Bytes::from(body.to_string()), "application/json")
+                .ok();
+        }
+        let Ok(Delivery::Stream { content_type, .. }) = self.delivery("text/event-stream") else {
+            return None;
+        };
+        let chunk = "chat.completion.chunk";
+        let events = [
+            refused(
+                chunk,
+                serde_json::json!({"index": 0, "delta": {"role": "assistant", "content": ""},
+                                   "finish_reason": null}),
+            ),
+            refused(
+                chunk,
+                serde_json::json!({"index": 0, "delta": {}, "finish_reason": "content_filter"}),
+            ),
+        ];
+        let mut sse: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+        sse.push_str("data: [DONE]\n\n");
+        let mut out = Vec::new();
+        self.feed(sse.as_bytes(), &mut out);
+        self.finish(None, &mut out);
+        Some((Bytes::from(out), content_type))
+    }
 }
 
 /// The cost of an answer: from the upstream's report when it reported its output, or

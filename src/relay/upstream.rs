@@ -84,18 +84,25 @@ impl Exchange {
         })?;
         let key = channel.keys.pick();
         let key_index = key.index;
-        let clouded =
-            match &channel.cloud {
-                Some(cloud) => Some(prepare(gw, &channel, cloud.as_ref(), out).await.map_err(
-                    |e| {
-                        tracing::warn!(channel = %channel.name, error = %crate::store::chain(&e),
-                    "upstream authentication failed");
-                        failed(ErrorKind::Connect);
-                        OpenError::NotSent(GatewayError::Upstream(UpstreamFailure::Connect))
-                    },
-                )?),
-                None => None,
-            };
+        let clouded = match &channel.cloud {
+            Some(cloud) => Some(
+                prepare(gw, &channel, cloud.as_ref(), out, key.secret)
+                    .await
+                    .map_err(|e| match e {
+                        // The request, not the channel: the next channel may take it.
+                        Unprepared::Refused(invalid) => {
+                            OpenError::NotSent(GatewayError::from(invalid))
+                        }
+                        Unprepared::Auth(e) => {
+                            tracing::warn!(channel = %channel.name, error = %crate::store::chain(&e),
+                                "upstream authentication failed");
+                            failed(ErrorKind::Connect);
+                            OpenError::NotSent(GatewayError::Upstream(UpstreamFailure::Connect))
+                        }
+                    })?,
+            ),
+            None => None,
+        };
         let (out, auth) = match &clouded {
             Some((o, auth)) => (&o.outgoing(out), auth.as_slice()),
             None => (out, &[][..]),
@@ -162,6 +169,9 @@ impl Exchange {
             None => c.health.success(latency),
             Some(kind) => {
                 c.health.failure(&c.circuit, kind, Some(latency));
+                if let (ErrorKind::Auth, Some(cloud)) = (kind, &c.cloud) {
+                    cloud.refused(self.status());
+                }
                 if kind == ErrorKind::Auth && c.keys.set_aside(key, self.status()) {
                     tracing::warn!(
                         channel = %c.name, key = key, status = self.status(),
@@ -244,14 +254,25 @@ impl Clouded {
     }
 }
 
+/// Why a cloud channel did not send a request.
+enum Unprepared {
+    /// The cloud does not serve this request (a path it has no counterpart for): the
+    /// client's 400 unless another channel takes it; the channel's health is untouched.
+    Refused(crate::protocol::Invalid),
+    /// Its authentication failed: the channel's failure.
+    Auth(AuthError),
+}
+
 /// Asks a cloud channel where `out` goes and how it is authenticated (which may mint a
-/// token through the gateway's connector).
+/// token through the gateway's connector). `key`: the channel's key picked for this
+/// request (empty when it has none).
 async fn prepare(
     gw: &Gateway,
     channel: &Channel,
     cloud: &dyn Cloud,
     out: &Outgoing<'_>,
-) -> Result<(Clouded, Vec<(&'static str, String)>), AuthError> {
+    key: &str,
+) -> Result<(Clouded, Vec<(&'static str, String)>), Unprepared> {
     let mut t = Target {
         path: out.path.to_string(),
         body: out.body.clone(),
@@ -259,9 +280,7 @@ async fn prepare(
         model: out.model.to_string(),
         stream: out.stream,
     };
-    cloud.target(&mut t).map_err(|e| {
-        AuthError::new(format!("the cloud cannot take this request: {}", e.message))
-    })?;
+    cloud.target(&mut t).map_err(Unprepared::Refused)?;
     let full = format!("{}{}", channel.path_prefix, t.path);
     let req = Outbound {
         method: out.method,
@@ -269,11 +288,13 @@ async fn prepare(
         host: channel.authority(),
         content_type: (out.method != "GET").then_some(out.content_type),
         body: &t.body,
+        key,
     };
     let client = TokenHttp { gw };
     let auth = cloud
         .authenticate(&client, &req, crate::ids::now_secs())
-        .await?;
+        .await
+        .map_err(Unprepared::Auth)?;
     Ok((
         Clouded {
             path: t.path,
@@ -458,6 +479,7 @@ fn request_header(
     match channel.protocol {
         ChannelProtocol::OpenAi
         | ChannelProtocol::Demo
+        | ChannelProtocol::Azure
         | ChannelProtocol::VideoA
         | ChannelProtocol::VideoB
         | ChannelProtocol::DashScope => {

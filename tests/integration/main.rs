@@ -1,6 +1,8 @@
 //! Integration tests: real gateways in-process on ephemeral ports, mock upstreams in
 //! Rust, and a private `redis-server` per test that needs one.
 
+#[path = "../support/azure.rs"]
+mod azure_mock;
 #[path = "../support/billed_vendors.rs"]
 mod billed_vendors;
 #[path = "../support/dashscope.rs"]
@@ -38,6 +40,8 @@ mod volcengine;
 
 mod auth;
 mod bedrock;
+mod azure;
+mod azure_auth;
 mod cap;
 mod cap_property;
 mod cap_streams;

@@ -222,6 +222,16 @@ impl Cloud for Bedrock {
             Auth::ApiKey(_) => json!({"kind": "api_key", "region": self.region}),
         }
     }
+
+    /// The secret key and session token (an API key is among the channel's keys too).
+    fn secrets(&self) -> Vec<&str> {
+        match &self.auth {
+            Auth::SigV4(c) => std::iter::once(c.secret_access_key())
+                .chain(c.session_token())
+                .collect(),
+            Auth::ApiKey(k) => vec![k.as_str()],
+        }
+    }
 }
 
 #[cfg(test)]

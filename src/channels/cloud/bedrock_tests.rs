@@ -116,6 +116,7 @@ fn header<'a>(h: &'a [(&'static str, String)], name: &str) -> Option<&'a str> {
 #[tokio::test]
 async fn signatures_match_an_independent_signer() {
     let req = Outbound {
+        key: "",
         method: "POST",
         path: "/model/anthropic.claude-3-5-sonnet-20241022-v2%3A0/converse",
         host: "bedrock-runtime.us-east-1.amazonaws.com",
@@ -160,6 +161,7 @@ async fn an_api_key_is_a_bearer_token_and_streams_ask_for_event_streams() {
     }))
     .unwrap();
     let req = Outbound {
+        key: "",
         method: "POST",
         path: "/model/m/converse-stream",
         host: "h",

@@ -10,6 +10,7 @@
 //! which may fetch a token through the [`TokenClient`] the relay lends it.
 
 pub mod bedrock;
+pub mod azure;
 
 use super::raw::{Invalid, RawChannel};
 use super::ChannelProtocol;
@@ -43,6 +44,9 @@ pub struct Outbound<'a> {
     pub host: &'a str,
     pub content_type: Option<&'a str>,
     pub body: &'a [u8],
+    /// The channel's key picked for this request (keys are used in turn, and one the
+    /// upstream refuses is set aside); empty when the channel has none.
+    pub key: &'a str,
 }
 
 /// Why a cloud could not authenticate a request (a token endpoint that failed or
@@ -124,6 +128,16 @@ pub trait Cloud: Send + Sync {
     /// What `/admin/channels` shows of the channel's authentication: its kind, and for a
     /// token its expiry and the last refresh error. Never a secret.
     fn auth_state(&self) -> serde_json::Value;
+
+    /// The upstream refused a request this cloud authenticated (401 or 403): a cached
+    /// token it may hold is dropped, so the next request mints a new one.
+    fn refused(&self, _status: u16) {}
+
+    /// Secrets of the cloud's own (beyond the channel's keys), masked wherever the
+    /// gateway logs an upstream's text.
+    fn secrets(&self) -> Vec<&str> {
+        Vec::new()
+    }
 }
 
 /// The cloud part of a channel of `protocol`, from its configuration; `None` for the
@@ -132,8 +146,12 @@ pub fn from_raw(
     protocol: ChannelProtocol,
     raw: &RawChannel,
 ) -> Result<Option<Arc<dyn Cloud>>, Invalid> {
+    if protocol != ChannelProtocol::Azure {
+        azure::not_here(raw)?;
+    }
     match protocol {
         ChannelProtocol::Bedrock => Ok(Some(Arc::new(bedrock::Bedrock::from_raw(raw)?))),
+        ChannelProtocol::Azure => Ok(Some(Arc::new(azure::Azure::from_raw(raw)?))),
         ChannelProtocol::OpenAi
         | ChannelProtocol::Anthropic
         | ChannelProtocol::Gemini
