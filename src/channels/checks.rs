@@ -31,6 +31,20 @@ pub(super) struct BaseUrl {
     pub path_prefix: String,
 }
 
+/// The channel's `base_url`, or a `vertex` channel's default: its location's host.
+pub(super) fn base_url_or_default(
+    c: &RawChannel,
+    protocol: ChannelProtocol,
+) -> Result<String, Invalid> {
+    match (c.base_url.trim().is_empty(), protocol) {
+        (false, _) => Ok(c.base_url.clone()),
+        (true, ChannelProtocol::Vertex) => Ok(super::cloud::vertex::base_url(
+            &super::cloud::vertex::location(c)?,
+        )),
+        (true, _) => Err(invalid("base_url", "is required")),
+    }
+}
+
 /// Parses `base_url`: an http or https URL with a host, and no query or fragment.
 pub(super) fn base_url(base_url: &str) -> Result<BaseUrl, Invalid> {
     let url =

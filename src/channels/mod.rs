@@ -36,6 +36,10 @@ pub enum ChannelProtocol {
     /// Image edits in the native shape of spec 4.7 only: DashScope's
     /// multimodal-generation API.
     DashScope,
+    /// Google Vertex AI: Gemini models in the generate-content protocol, Claude models in
+    /// the messages protocol, with an OAuth 2.0 token of a service account
+    /// ([`cloud::vertex`]).
+    Vertex,
 }
 
 impl ChannelProtocol {
@@ -46,6 +50,7 @@ impl ChannelProtocol {
         ChannelProtocol::VideoA,
         ChannelProtocol::VideoB,
         ChannelProtocol::DashScope,
+        ChannelProtocol::Vertex,
     ];
 
     pub fn parse(s: &str) -> Option<ChannelProtocol> {
@@ -56,6 +61,7 @@ impl ChannelProtocol {
             "video-a" => Some(ChannelProtocol::VideoA),
             "video-b" => Some(ChannelProtocol::VideoB),
             "dashscope" => Some(ChannelProtocol::DashScope),
+            "vertex" => Some(ChannelProtocol::Vertex),
             _ => None,
         }
     }
@@ -68,6 +74,7 @@ impl ChannelProtocol {
             ChannelProtocol::VideoA => "video-a",
             ChannelProtocol::VideoB => "video-b",
             ChannelProtocol::DashScope => "dashscope",
+            ChannelProtocol::Vertex => "vertex",
         }
     }
 
@@ -79,7 +86,8 @@ impl ChannelProtocol {
             ChannelProtocol::Anthropic
             | ChannelProtocol::Gemini
             | ChannelProtocol::VideoA
-            | ChannelProtocol::VideoB => crate::media::Api::None,
+            | ChannelProtocol::VideoB
+            | ChannelProtocol::Vertex => crate::media::Api::None,
         }
     }
 
@@ -100,7 +108,8 @@ impl ChannelProtocol {
             | ChannelProtocol::VideoB
             | ChannelProtocol::DashScope => Protocol::Chat,
             ChannelProtocol::Anthropic => Protocol::Messages,
-            ChannelProtocol::Gemini => Protocol::Gemini,
+            // A vertex channel's cloud picks by model ([`Channel::upstream_protocol`]).
+            ChannelProtocol::Gemini | ChannelProtocol::Vertex => Protocol::Gemini,
         }
     }
 }
@@ -176,12 +185,13 @@ impl Channel {
             return Err(invalid("name", "must not be empty"));
         }
         let protocol = checks::protocol(&c.protocol)?;
+        let base_url = checks::base_url_or_default(&c, protocol)?;
         let checks::BaseUrl {
             tls,
             host,
             port,
             path_prefix,
-        } = checks::base_url(&c.base_url)?;
+        } = checks::base_url(&base_url)?;
         checks::models(&c)?;
         if c.responses_api && protocol != ChannelProtocol::OpenAi {
             return Err(invalid(
@@ -209,7 +219,7 @@ impl Channel {
             host,
             port,
             path_prefix,
-            base_url: c.base_url,
+            base_url,
             keys: Keys::new(secrets),
             signer,
             cloud,

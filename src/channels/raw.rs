@@ -29,6 +29,8 @@ pub(super) fn invalid(field: impl Into<String>, message: impl Into<String>) -> I
 pub struct RawChannel {
     pub name: String,
     pub protocol: String,
+    /// Required but on `vertex` channels, which default to their location's host.
+    #[serde(default)]
     pub base_url: String,
     #[serde(default)]
     pub api_key: String,

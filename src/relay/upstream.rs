@@ -479,6 +479,8 @@ fn request_header(
                 h.insert_header("x-goog-api-key", key)?;
             }
         }
+        // Authenticated by its cloud, above.
+        ChannelProtocol::Vertex => {}
     }
     for (name, proto) in FORWARDED {
         if *proto == channel.protocol {

@@ -9,6 +9,9 @@
 //! ([`Cloud::target`]), and the headers that authenticate it ([`Cloud::authenticate`]),
 //! which may fetch a token through the [`TokenClient`] the relay lends it.
 
+pub mod service_account;
+pub mod vertex;
+
 use super::raw::{Invalid, RawChannel};
 use super::ChannelProtocol;
 use crate::protocol::Protocol;
@@ -128,9 +131,10 @@ pub trait Cloud: Send + Sync {
 /// first-party protocols.
 pub fn from_raw(
     protocol: ChannelProtocol,
-    _raw: &RawChannel,
+    raw: &RawChannel,
 ) -> Result<Option<Arc<dyn Cloud>>, Invalid> {
     match protocol {
+        ChannelProtocol::Vertex => Ok(Some(Arc::new(vertex::Vertex::from_raw(raw)?))),
         ChannelProtocol::OpenAi
         | ChannelProtocol::Anthropic
         | ChannelProtocol::Gemini

@@ -123,12 +123,13 @@ pub fn plan(
         ChannelProtocol::OpenAi => openai::plan(job, default_seconds),
         ChannelProtocol::VideoA => kling::plan(job, default_seconds),
         ChannelProtocol::VideoB => jimeng::plan(job, default_seconds),
-        ChannelProtocol::Anthropic | ChannelProtocol::Gemini | ChannelProtocol::DashScope => {
-            Err(Unfit {
-                param: "model",
-                message: "This model is not served for video.".into(),
-            })
-        }
+        ChannelProtocol::Anthropic
+        | ChannelProtocol::Gemini
+        | ChannelProtocol::DashScope
+        | ChannelProtocol::Vertex => Err(Unfit {
+            param: "model",
+            message: "This model is not served for video.".into(),
+        }),
     }
 }
 
@@ -144,7 +145,10 @@ pub fn submit(
         ChannelProtocol::OpenAi => Some((openai::submit(job, plan, model), String::new())),
         ChannelProtocol::VideoA => Some(kling::submit(job, plan, model)),
         ChannelProtocol::VideoB => Some((jimeng::submit(job, plan, model), String::new())),
-        ChannelProtocol::Anthropic | ChannelProtocol::Gemini | ChannelProtocol::DashScope => None,
+        ChannelProtocol::Anthropic
+        | ChannelProtocol::Gemini
+        | ChannelProtocol::DashScope
+        | ChannelProtocol::Vertex => None,
     }
 }
 
@@ -157,9 +161,10 @@ pub fn submitted(protocol: ChannelProtocol, body: &[u8]) -> Submitted {
         ChannelProtocol::OpenAi => openai::submitted(&v),
         ChannelProtocol::VideoA => kling::submitted(&v),
         ChannelProtocol::VideoB => jimeng::submitted(&v),
-        ChannelProtocol::Anthropic | ChannelProtocol::Gemini | ChannelProtocol::DashScope => {
-            Submitted::Unreadable
-        }
+        ChannelProtocol::Anthropic
+        | ChannelProtocol::Gemini
+        | ChannelProtocol::DashScope
+        | ChannelProtocol::Vertex => Submitted::Unreadable,
     }
 }
 
@@ -171,7 +176,8 @@ pub fn poll(protocol: ChannelProtocol, t: &TaskRecord, model: &str) -> Call {
         ChannelProtocol::OpenAi
         | ChannelProtocol::Anthropic
         | ChannelProtocol::Gemini
-        | ChannelProtocol::DashScope => openai::poll(t),
+        | ChannelProtocol::DashScope
+        | ChannelProtocol::Vertex => openai::poll(t),
     }
 }
 
@@ -183,7 +189,8 @@ pub fn read_poll(protocol: ChannelProtocol, status: u16, body: &[u8]) -> Polled 
         ChannelProtocol::OpenAi
         | ChannelProtocol::Anthropic
         | ChannelProtocol::Gemini
-        | ChannelProtocol::DashScope => openai::read_poll(status, body),
+        | ChannelProtocol::DashScope
+        | ChannelProtocol::Vertex => openai::read_poll(status, body),
     }
 }
 
