@@ -277,3 +277,7 @@ fn pem_body(pem: &str, label: &str) -> Option<Vec<u8>> {
         .collect();
     base64::engine::general_purpose::STANDARD.decode(b64).ok()
 }
+
+#[cfg(test)]
+#[path = "service_account_tests.rs"]
+mod tests;

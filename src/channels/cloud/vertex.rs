@@ -224,3 +224,7 @@ impl Cloud for Vertex {
         self.account.state()
     }
 }
+
+#[cfg(test)]
+#[path = "vertex_tests.rs"]
+mod tests;
