@@ -45,7 +45,15 @@ async fn the_four_client_protocols_reach_gemini_and_claude_on_vertex_through_the
         "/tests/support/vertex_clients.py"
     );
     let out = tokio::process::Command::new(python())
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", script])
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--durations=6",
+            script,
+        ])
         .env("GATEWAY_BASE_URL", &gw.base)
         .env("GATEWAY_KEY", &key)
         .output()
@@ -131,6 +139,22 @@ async fn a_token_that_expires_mid_run_is_renewed_and_requests_keep_succeeding() 
     assert_eq!(stats["refused_expired"], 0, "{stats}");
     assert_eq!(stats["refused_unknown"], 0, "{stats}");
     assert_eq!(stats["refused_missing"], 0, "{stats}");
+    // The mock does refuse a token it did not issue, as Google does.
+    let r = reqwest::Client::new()
+        .post(format!(
+            "{}/v1/projects/{}/locations/{}/publishers/google/models/gemini-2.5-flash:generateContent",
+            mock.base_url(),
+            crate::vertex_mock::PROJECT,
+            crate::vertex_mock::LOCATION
+        ))
+        .bearer_auth("ya29.forged")
+        .json(&json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["status"], "UNAUTHENTICATED");
 }
 
 /// A token endpoint that fails is the channel's failure: the next channel of the model
@@ -291,4 +315,40 @@ async fn the_cap_holds_on_a_vertex_channel_that_over_reports_usage() {
         .map(|r| r["cost_micro_usd"].as_i64().unwrap())
         .sum();
     assert_eq!(logged, used, "the records add up to the charge");
+}
+
+/// The mock's token endpoint checks the grant's signature: a key file whose key is not
+/// the service account's (another pair) gets no token, and the client sees a sanitized
+/// upstream error, never the token endpoint's words or the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_signed_with_another_key_is_refused() {
+    let mock = VertexMock::start(Options::default()).await;
+    let stranger = VertexMock::start(Options::default()).await;
+    let mut file: Value =
+        serde_json::from_slice(&std::fs::read(&stranger.key_file).unwrap()).unwrap();
+    file["token_uri"] = json!(format!("{}/token", mock.base_url()));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.json");
+    std::fs::write(&path, file.to_string()).unwrap();
+    let channel = format!(
+        "  - {{ name: vx, protocol: vertex, base_url: \"{}\", project: {}, location: {}, credentials_file: \"{}\", models: [gemini-2.5-flash] }}\n",
+        mock.base_url(),
+        crate::vertex_mock::PROJECT,
+        crate::vertex_mock::LOCATION,
+        path.display()
+    );
+    let gw = TestGateway::start(&config(&channel), StoreKind::Embedded).await;
+    let (key, id) = gw.create_key(json!({})).await;
+    let (s, b) = ask(&gw, &key, "gemini-2.5-flash", false, "hi").await;
+    assert!(s >= 500, "{s}: {b}");
+    for leak in ["invalid_grant", "JWT", "token", "127.0.0.1", "other.json"] {
+        assert!(!b.contains(leak), "{leak} leaked: {b}");
+    }
+    let stats = mock.stats().await;
+    assert_eq!(
+        (stats["grants"].as_u64(), stats["grants_refused"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(stats["calls"], 0);
+    assert_eq!(gw.used_micros(&id).await, 0);
 }
