@@ -172,3 +172,21 @@ fn the_auth_state_names_the_account_and_nothing_secret() {
         })
     );
 }
+
+/// A key file named relative to the configuration is read from the configuration's
+/// folder, as the embedded store's path is.
+#[test]
+fn a_relative_key_file_is_read_beside_the_configuration() {
+    let dir = std::path::Path::new(KEY_FILE).parent().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let text = format!(
+        "listen: 127.0.0.1:0\nstore:\n  embedded: {{ path: \"{}\" }}\nchannels:\n  - {{ name: vx, protocol: vertex, project: p, location: global, credentials_file: service-account.json, models: [g] }}\nprices:\n  g: {{ input: 1, output: 1 }}\n",
+        store.path().display()
+    );
+    let config = crate::config::Config::parse(&text, dir).unwrap();
+    assert_eq!(config.channels[0].host, "aiplatform.googleapis.com");
+    let elsewhere = crate::config::Config::parse(&text, store.path())
+        .err()
+        .unwrap();
+    assert_eq!(elsewhere.path, "channels[0].credentials_file");
+}
