@@ -162,6 +162,9 @@ impl Exchange {
             None => c.health.success(latency),
             Some(kind) => {
                 c.health.failure(&c.circuit, kind, Some(latency));
+                if let (Some(cloud), 401) = (&c.cloud, self.status()) {
+                    cloud.refused();
+                }
                 if kind == ErrorKind::Auth && c.keys.set_aside(key, self.status()) {
                     tracing::warn!(
                         channel = %c.name, key = key, status = self.status(),

@@ -352,3 +352,30 @@ async fn a_grant_signed_with_another_key_is_refused() {
     assert_eq!(stats["calls"], 0);
     assert_eq!(gw.used_micros(&id).await, 0);
 }
+
+/// A token the API stops taking (revoked) is refused once; the channel drops it and the
+/// next request runs on a new grant instead of failing until the old token would lapse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_is_replaced_after_one_refusal() {
+    let mock = VertexMock::start(Options::default()).await;
+    let gw = TestGateway::start(&config(&both(&mock, "vx", "")), StoreKind::Embedded).await;
+    let (key, _) = gw.create_key(json!({})).await;
+    let (s, b) = ask(&gw, &key, "claude-on-vertex", false, "hi").await;
+    assert_eq!(s, 200, "{b}");
+    let r = reqwest::Client::new()
+        .post(format!("{}/revoke-all", mock.base_url()))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let (s, b) = ask(&gw, &key, "gemini-2.5-flash", false, "hi").await;
+    assert!(s >= 500, "the refused request fails: {s} {b}");
+    for (model, stream) in [("gemini-2.5-flash", true), ("claude-on-vertex", false)] {
+        let (s, b) = ask(&gw, &key, model, stream, "hi").await;
+        assert_eq!(s, 200, "{b}");
+    }
+    let stats = mock.stats().await;
+    assert_eq!(stats["grants"], 2, "{stats}");
+    assert_eq!(stats["refused_unknown"], 1, "{stats}");
+}

@@ -29,7 +29,8 @@ answer 5 output tokens (or `--over-report`). Faults and features are asked for b
 
 Usage: vertex_mock.py --public-key PEM --client-email E --kid K --project P
     --location L [--token-lifetime S] [--token-fail] [--over-report N]
-Prints its port on stdout, then serves until killed. `GET /stats` counts what it saw.
+Prints its port on stdout, then serves until killed. `GET /stats` counts what it saw;
+`POST /revoke-all` makes every token issued so far unknown.
 """
 
 import argparse
@@ -323,6 +324,11 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         url = urllib.parse.urlsplit(self.path)
+        if url.path == "/revoke-all":
+            # As revoking a service account's tokens does: every issued token stops working.
+            with lock:
+                tokens.clear()
+            return self.send_json(200, {})
         if url.path == "/token":
             form = dict(urllib.parse.parse_qsl(raw.decode()))
             return self.send_json(*grant(self, form))

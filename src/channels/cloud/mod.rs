@@ -122,6 +122,10 @@ pub trait Cloud: Send + Sync {
         now: i64,
     ) -> Result<Vec<(&'static str, String)>, AuthError>;
 
+    /// The upstream refused a request this cloud authenticated (401): a cached token is
+    /// dropped so the next request mints a new one.
+    fn refused(&self) {}
+
     /// What `/admin/channels` shows of the channel's authentication: its kind, and for a
     /// token its expiry and the last refresh error. Never a secret.
     fn auth_state(&self) -> serde_json::Value;

@@ -229,6 +229,12 @@ impl ServiceAccount {
         Ok(format!("{input}.{}", b64(&sig)))
     }
 
+    /// Drops the cached token (the API refused it: revoked, or its account disabled), so
+    /// the next request asks for a new one.
+    pub fn forget(&self) {
+        self.state.lock().token = None;
+    }
+
     /// What `/admin/channels` shows: the account, the token's expiry (Unix seconds) and
     /// the error of the last refresh when it failed. Never the key or a token.
     pub fn state(&self) -> Value {

@@ -220,6 +220,10 @@ impl Cloud for Vertex {
         Ok(vec![("authorization", bearer)])
     }
 
+    fn refused(&self) {
+        self.account.forget();
+    }
+
     fn auth_state(&self) -> Value {
         self.account.state()
     }
