@@ -51,6 +51,20 @@ pub(super) fn demo_base_url(c: &RawChannel) -> Result<String, Invalid> {
     Ok(format!("http://{addr}{}", crate::demo::path_prefix(rate)))
 }
 
+/// The channel's `base_url`, or a `vertex` channel's default: its location's host.
+pub(super) fn base_url_or_default(
+    c: &RawChannel,
+    protocol: ChannelProtocol,
+) -> Result<String, Invalid> {
+    match (c.base_url.trim().is_empty(), protocol) {
+        (false, _) => Ok(c.base_url.clone()),
+        (true, ChannelProtocol::Vertex) => Ok(super::cloud::vertex::base_url(
+            &super::cloud::vertex::location(c)?,
+        )),
+        (true, _) => Err(invalid("base_url", "is required")),
+    }
+}
+
 /// Parses `base_url`: an http or https URL with a host, and no query or fragment.
 pub(super) fn base_url(base_url: &str) -> Result<BaseUrl, Invalid> {
     if base_url.is_empty() {

@@ -45,6 +45,10 @@ pub enum ChannelProtocol {
     /// Azure OpenAI: the OpenAI API at Azure's paths, with Azure's authentication
     /// ([`cloud::azure`]).
     Azure,
+    /// Google Vertex AI: Gemini models in the generate-content protocol, Claude models in
+    /// the messages protocol, with an OAuth 2.0 token of a service account
+    /// ([`cloud::vertex`]).
+    Vertex,
 }
 
 impl ChannelProtocol {
@@ -58,6 +62,7 @@ impl ChannelProtocol {
         ChannelProtocol::Demo,
         ChannelProtocol::Bedrock,
         ChannelProtocol::Azure,
+        ChannelProtocol::Vertex,
     ];
 
     pub fn parse(s: &str) -> Option<ChannelProtocol> {
@@ -71,6 +76,7 @@ impl ChannelProtocol {
             "demo" => Some(ChannelProtocol::Demo),
             "bedrock" => Some(ChannelProtocol::Bedrock),
             "azure" => Some(ChannelProtocol::Azure),
+            "vertex" => Some(ChannelProtocol::Vertex),
             _ => None,
         }
     }
@@ -86,6 +92,7 @@ impl ChannelProtocol {
             ChannelProtocol::Demo => "demo",
             ChannelProtocol::Bedrock => "bedrock",
             ChannelProtocol::Azure => "azure",
+            ChannelProtocol::Vertex => "vertex",
         }
     }
 
@@ -101,6 +108,7 @@ impl ChannelProtocol {
             | ChannelProtocol::VideoA
             | ChannelProtocol::VideoB
             | ChannelProtocol::Bedrock => crate::media::Api::None,
+            ChannelProtocol::Vertex => crate::media::Api::None,
         }
     }
 
@@ -123,8 +131,9 @@ impl ChannelProtocol {
             | ChannelProtocol::VideoB
             | ChannelProtocol::DashScope => Protocol::Chat,
             ChannelProtocol::Anthropic => Protocol::Messages,
-            ChannelProtocol::Gemini => Protocol::Gemini,
             ChannelProtocol::Bedrock => Protocol::Converse,
+            // A vertex channel's cloud picks by model ([`Channel::upstream_protocol`]).
+            ChannelProtocol::Gemini | ChannelProtocol::Vertex => Protocol::Gemini,
         }
     }
 }
@@ -203,12 +212,13 @@ impl Channel {
         if protocol == ChannelProtocol::Demo {
             c.base_url = checks::demo_base_url(&c)?;
         }
+        let base_url = checks::base_url_or_default(&c, protocol)?;
         let checks::BaseUrl {
             tls,
             host,
             port,
             path_prefix,
-        } = checks::base_url(&c.base_url)?;
+        } = checks::base_url(&base_url)?;
         checks::models(&c)?;
         if c.responses_api && !matches!(protocol, ChannelProtocol::OpenAi | ChannelProtocol::Azure)
         {
@@ -237,7 +247,7 @@ impl Channel {
             host,
             port,
             path_prefix,
-            base_url: c.base_url,
+            base_url,
             keys: Keys::new(secrets),
             signer,
             cloud,

@@ -29,7 +29,8 @@ pub(super) fn invalid(field: impl Into<String>, message: impl Into<String>) -> I
 pub struct RawChannel {
     pub name: String,
     pub protocol: String,
-    /// Where the upstream is; a `demo` channel has none (its upstream is in the process).
+    /// Where the upstream is. None on `demo` channels (their upstream is in the process);
+    /// on `vertex` channels the default is their location's host.
     #[serde(default)]
     pub base_url: String,
     #[serde(default)]

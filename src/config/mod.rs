@@ -315,8 +315,17 @@ impl Config {
             return Err(err("upgrade_sock", "must not be empty"));
         }
         crate::channels::check_circuit(&raw.circuit).map_err(|e| err(e.field, e.message))?;
+        let mut raw_channels = raw.channels;
+        // A key file named relative to the configuration file, as the store's path is.
+        for c in &mut raw_channels {
+            if let Some(f) = c.credentials_file.as_mut() {
+                if !f.is_empty() && Path::new(f.as_str()).is_relative() {
+                    *f = base.join(&*f).to_string_lossy().into_owned();
+                }
+            }
+        }
         let (channels, channel_prices_of) =
-            sections::channels(raw.channels, &raw.circuit, &prices)?;
+            sections::channels(raw_channels, &raw.circuit, &prices)?;
         let secrets = Secrets::new(
             channels
                 .iter()

@@ -502,8 +502,8 @@ fn request_header(
                 h.insert_header("x-goog-api-key", key)?;
             }
         }
-        // Authenticated by its cloud part (above).
-        ChannelProtocol::Bedrock => {}
+        // Authenticated by their cloud part (above).
+        ChannelProtocol::Bedrock | ChannelProtocol::Vertex => {}
     }
     for (name, proto) in FORWARDED {
         if *proto == channel.protocol {

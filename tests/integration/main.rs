@@ -33,15 +33,17 @@ mod providers;
 mod redis_server;
 #[path = "../support/usage_apis.rs"]
 mod usage_apis;
+#[path = "../support/vertex_mock.rs"]
+mod vertex_mock;
 #[path = "../support/video_upstream.rs"]
 mod video_upstream;
 #[path = "../support/volcengine.rs"]
 mod volcengine;
 
 mod auth;
-mod bedrock;
 mod azure;
 mod azure_auth;
+mod bedrock;
 mod cap;
 mod cap_property;
 mod cap_streams;
@@ -74,6 +76,7 @@ mod stores;
 mod task_store;
 mod two_instances;
 mod upgrade;
+mod vertex;
 mod video;
 mod video_checks;
 mod video_instances;

@@ -9,8 +9,10 @@
 //! ([`Cloud::target`]), and the headers that authenticate it ([`Cloud::authenticate`]),
 //! which may fetch a token through the [`TokenClient`] the relay lends it.
 
-pub mod bedrock;
 pub mod azure;
+pub mod bedrock;
+pub mod service_account;
+pub mod vertex;
 
 use super::raw::{Invalid, RawChannel};
 use super::ChannelProtocol;
@@ -152,6 +154,7 @@ pub fn from_raw(
     match protocol {
         ChannelProtocol::Bedrock => Ok(Some(Arc::new(bedrock::Bedrock::from_raw(raw)?))),
         ChannelProtocol::Azure => Ok(Some(Arc::new(azure::Azure::from_raw(raw)?))),
+        ChannelProtocol::Vertex => Ok(Some(Arc::new(vertex::Vertex::from_raw(raw)?))),
         ChannelProtocol::OpenAi
         | ChannelProtocol::Anthropic
         | ChannelProtocol::Gemini
