@@ -3,7 +3,7 @@ use crate::config::raw::RawPrice;
 use crate::ids;
 use crate::realtime::frames::Sniff;
 use crate::store::embedded::EmbeddedStore;
-use crate::store::{KeyPatch, KeyRecord, KeyStatus, Reservation};
+use crate::store::{Ask, KeyPatch, KeyRecord, KeyStatus, Reservation};
 use std::time::Duration;
 
 /// A realtime-like price: 4 / 16 / 0.4 USD per 1M tokens, 4096 output tokens per block.
@@ -64,12 +64,19 @@ async fn fixture(quota: Option<Micros>) -> Fixture {
 impl Fixture {
     async fn meter(&self) -> Meter {
         let (min, max) = first_block(&rt_price());
-        let first = self
-            .store
-            .reserve(&self.key, "req1", min, max, 3600)
-            .await
-            .unwrap()
-            .unwrap();
+        // Taken as `begin` takes it: reserved through the guard, then handed to the meter.
+        let first = crate::billing::reserve(
+            &self.store,
+            &self.key,
+            "req1",
+            &Ask::money_now(min, max),
+            3600,
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .hand_over()
+        .unwrap();
         Meter::new(
             rt_price(),
             Multiplier::ONE,
@@ -97,7 +104,12 @@ impl Fixture {
     async fn can_reserve(&self, amount: Micros) -> bool {
         let r = self
             .store
-            .reserve(&self.key, &ids::request_id(), amount, amount, 3600)
+            .reserve_ask(
+                &self.key,
+                &ids::request_id(),
+                &Ask::money_now(amount, amount),
+                3600,
+            )
             .await
             .unwrap();
         match r {
@@ -209,11 +221,12 @@ async fn cost_is_priced_on_the_running_total() {
     .unwrap();
     let f = fixture(None).await;
     let (min, max) = first_block(&price);
-    let first = f
-        .store
-        .reserve(&f.key, "r", min, max, 60)
+    // Taken as `begin` takes it: reserved through the guard, then handed to the meter.
+    let first = crate::billing::reserve(&f.store, &f.key, "r", &Ask::money_now(min, max), 60)
         .await
         .unwrap()
+        .unwrap()
+        .hand_over()
         .unwrap();
     let mut m = Meter::new(
         price,
@@ -470,11 +483,12 @@ impl Store for Unreachable {
 async fn a_store_failure_ends_only_a_session_short_of_the_floor() {
     let f = fixture(None).await;
     let (min, max) = first_block(&rt_price());
-    let first = f
-        .store
-        .reserve(&f.key, "req1", min, max, 3600)
+    // Taken as `begin` takes it: reserved through the guard, then handed to the meter.
+    let first = crate::billing::reserve(&f.store, &f.key, "req1", &Ask::money_now(min, max), 3600)
         .await
         .unwrap()
+        .unwrap()
+        .hand_over()
         .unwrap();
     let account = Account {
         store: Arc::new(Unreachable(f.store.clone())),

@@ -500,7 +500,9 @@ async fn stale_group_and_missing_or_disabled_group(cluster: bool) {
         Err(ReserveDenied::Stale)
     );
     assert_eq!(
-        s.reserve(A, "r2", 0, 1, TTL).await.unwrap(),
+        s.reserve_ask(A, "r2", &Ask::money(0, 1, now()), TTL)
+            .await
+            .unwrap(),
         Err(ReserveDenied::Stale)
     );
     assert_eq!(
@@ -693,7 +695,7 @@ async fn a_budget_added_under_a_lease_ends_the_lease(cluster: bool) {
     let mut n = 0;
     while !leased().await {
         let r = leasing
-            .reserve(A, &format!("w{n}"), 10, 10, TTL)
+            .reserve_ask(A, &format!("w{n}"), &Ask::money(10, 10, now()), TTL)
             .await
             .unwrap()
             .unwrap();
