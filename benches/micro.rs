@@ -9,10 +9,11 @@
 
 use futures_util::FutureExt as _;
 use model_gateway::auth::{self, credentials, keys, Accepts};
+use model_gateway::billing::{self, SettleOutcome};
 use model_gateway::config::Config;
 use model_gateway::gateway::{open_store, Gateway};
 use model_gateway::protocol::sse::Decoder;
-use model_gateway::store::{Store, UsageRecord};
+use model_gateway::store::{Ask, Store, UsageRecord};
 use serde_json::json;
 use std::fmt::Write as _;
 use std::future::Future;
@@ -152,6 +153,13 @@ fn usage(key_id: &str, request_id: &str) -> UsageRecord {
     }
 }
 
+/// The gateway's clock, unix seconds: the time an ask is made at.
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
 /// Reserve + settle (and with the usage record, one request's whole store work),
 /// one at a time and `IN_FLIGHT` at once.
 fn store_rows(
@@ -172,20 +180,19 @@ fn store_rows(
     let one = |with_usage: bool| {
         let (store, key_id, rid) = (store.clone(), key_id.to_string(), next());
         async move {
-            let r = store
-                .reserve(&key_id, &rid, 0, 10_000, 3600)
+            // As a request reserves: through the guard that owns the hold.
+            let ask = Ask::money(0, 10_000, unix_now());
+            let mut held = billing::reserve(&store, &key_id, &rid, &ask, 3600)
                 .await
                 .expect("store answers")
                 .expect("quota is ample");
-            if with_usage {
+            let settled = if with_usage {
                 // What the relay does: settle and log in one store step.
-                store
-                    .settle_logged(&r, 60, &usage(&key_id, &rid))
-                    .await
-                    .expect("settles and logs");
+                held.settle_logged(60, usage(&key_id, &rid)).await
             } else {
-                store.settle(&r, 60).await.expect("settles");
-            }
+                held.settle(60).await
+            };
+            assert_eq!(settled, SettleOutcome::Settled, "the store settles");
         }
     };
     let s = time_async(quick, rt, || one(false));

@@ -479,14 +479,21 @@ fn reconcile_command(args: &ReconcileArgs) -> Result<bool, String> {
 /// The log goes to stderr, as text or as one JSON object per line (`log.format`).
 /// `RUST_LOG` filters it; the access log's target is `access`.
 fn init_log(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,pingora=warn"));
+    let default = || tracing_subscriber::EnvFilter::new("info,pingora=warn");
+    // Unset, the default applies; set but not understood, the default applies and says why.
+    let (filter, not_understood) = match tracing_subscriber::EnvFilter::try_from_default_env() {
+        Ok(f) => (f, None),
+        Err(e) => (default(), std::env::var_os("RUST_LOG").map(|_| e)),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+    if let Some(e) = not_understood {
+        tracing::warn!(error = %e, "RUST_LOG not understood; logging at the default levels");
     }
 }
 

@@ -2,13 +2,14 @@
 //! visible in one place.
 
 use crate::auth::Accepts;
-use crate::errors::ErrorShape;
+use crate::errors::{ErrorShape, GatewayError};
 use crate::media::Media;
 use crate::protocol::Protocol;
 pub use crate::relay::Relay;
 use crate::video::VideoRoute;
 use http::Method;
 
+/// A served endpoint: the request is authenticated, then handled.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
     /// The synchronous non-chat endpoints (spec 4.6, 4.7, 4.19–4.22).
@@ -25,9 +26,25 @@ pub enum Route {
     UsageToken,
     LogToken,
     Relay(Relay),
+}
+
+/// A request the table turns away, before authentication.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// Spec 4.23: listed, not implemented.
     NotImplemented,
     MethodNotAllowed,
     NotFound,
+}
+
+impl From<Refused> for GatewayError {
+    fn from(r: Refused) -> GatewayError {
+        match r {
+            Refused::NotImplemented => GatewayError::NotImplemented,
+            Refused::MethodNotAllowed => GatewayError::MethodNotAllowed,
+            Refused::NotFound => GatewayError::NotFound,
+        }
+    }
 }
 
 impl Route {
@@ -53,18 +70,20 @@ impl Route {
             },
         }
     }
+}
 
-    pub fn error_shape(&self, path: &str) -> ErrorShape {
-        match self {
-            Route::Relay(r) if r.protocol == Protocol::Messages => ErrorShape::Messages,
-            _ if path.starts_with("/v1/messages") => ErrorShape::Messages,
-            _ if path.starts_with("/v1beta/") => ErrorShape::Gemini,
-            _ => ErrorShape::Default,
-        }
+/// The error envelope family of a request: its protocol's when it is relayed, else the
+/// one its path belongs to (a refused request has only its path).
+pub fn error_shape(served: Option<&Route>, path: &str) -> ErrorShape {
+    match served {
+        Some(Route::Relay(r)) if r.protocol == Protocol::Messages => ErrorShape::Messages,
+        _ if path.starts_with("/v1/messages") => ErrorShape::Messages,
+        _ if path.starts_with("/v1beta/") => ErrorShape::Gemini,
+        _ => ErrorShape::Default,
     }
 }
 
-pub fn route(method: &Method, path: &str) -> Route {
+pub fn route(method: &Method, path: &str) -> Result<Route, Refused> {
     // The trailing-slash variants of spec 4.18 and friends are the same endpoints.
     let p = if path.len() > 1 {
         path.trim_end_matches('/')
@@ -73,9 +92,16 @@ pub fn route(method: &Method, path: &str) -> Route {
     };
     let get = method == Method::GET;
     let post = method == Method::POST;
-    let only = |ok: bool, r: Route| if ok { r } else { Route::MethodNotAllowed };
+    let only = |ok: bool, r: Route| {
+        if ok {
+            Ok(r)
+        } else {
+            Err(Refused::MethodNotAllowed)
+        }
+    };
     if let Some(v) = crate::video::route(post, get, p) {
-        return v.map_or(Route::MethodNotAllowed, Route::Video);
+        // The video table refuses only a method: its `Err` carries nothing more.
+        return v.map(Route::Video).map_err(|()| Refused::MethodNotAllowed);
     }
     let relay = |protocol| Relay {
         protocol,
@@ -127,37 +153,37 @@ pub fn route(method: &Method, path: &str) -> Route {
     }
 }
 
-fn gemini(method: &Method, rest: &str) -> Route {
+fn gemini(method: &Method, rest: &str) -> Result<Route, Refused> {
     if let Some((model, action)) = rest.rsplit_once(':') {
         let stream = match action {
             "generateContent" => false,
             "streamGenerateContent" => true,
-            _ => return Route::NotFound,
+            _ => return Err(Refused::NotFound),
         };
         if model.is_empty() || model.contains('/') {
-            return Route::NotFound;
+            return Err(Refused::NotFound);
         }
         if method != Method::POST {
-            return Route::MethodNotAllowed;
+            return Err(Refused::MethodNotAllowed);
         }
-        return Route::Relay(Relay {
+        return Ok(Route::Relay(Relay {
             protocol: Protocol::Gemini,
             path_model: Some(model.to_string()),
             path_stream: stream,
             compact: false,
-        });
+        }));
     }
     if rest.is_empty() || rest.contains('/') {
-        return Route::NotFound;
+        return Err(Refused::NotFound);
     }
     if method != Method::GET {
-        return Route::MethodNotAllowed;
+        return Err(Refused::MethodNotAllowed);
     }
-    Route::GeminiModel(rest.to_string())
+    Ok(Route::GeminiModel(rest.to_string()))
 }
 
 /// Spec 4.23: files and fine-tunes are listed but not implemented.
-fn not_implemented(method: &Method, p: &str) -> Route {
+fn not_implemented(method: &Method, p: &str) -> Result<Route, Refused> {
     let seg: Vec<&str> = p.split('/').skip(1).collect();
     let m = method.as_str();
     let listed = match seg.as_slice() {
@@ -168,13 +194,13 @@ fn not_implemented(method: &Method, p: &str) -> Route {
         ["v1", "files"] => m == "GET" || m == "POST",
         ["v1", "files", _] => m == "GET" || m == "DELETE",
         ["v1", "files", _, "content"] => m == "GET",
-        _ => return Route::NotFound,
+        _ => return Err(Refused::NotFound),
     };
-    if listed {
-        Route::NotImplemented
+    Err(if listed {
+        Refused::NotImplemented
     } else {
-        Route::MethodNotAllowed
-    }
+        Refused::MethodNotAllowed
+    })
 }
 
 impl Route {
@@ -206,29 +232,45 @@ impl Route {
             Route::Models | Route::GeminiModels | Route::GeminiModel(_) => "models",
             Route::UsageToken => "usage",
             Route::LogToken => "log",
-            Route::NotImplemented => "not_implemented",
-            Route::MethodNotAllowed => "method_not_allowed",
-            Route::NotFound => "not_found",
         }
     }
+}
 
-    /// The metrics' `protocol` label: the client's protocol for relayed requests, else
-    /// the error envelope family the path belongs to.
-    pub fn protocol_label(&self, shape: ErrorShape) -> &'static str {
+impl Refused {
+    /// The metrics' `route` label of a refused request; each is in the observer's table.
+    pub fn label(self) -> &'static str {
         match self {
-            Route::Relay(r) => match r.protocol {
-                Protocol::Chat => "chat",
-                Protocol::Messages => "messages",
-                Protocol::Gemini => "generate-content",
-                Protocol::Responses => "responses",
-                Protocol::Converse => "default",
-            },
-            _ => match shape {
-                ErrorShape::Default => "default",
-                ErrorShape::Messages => "messages",
-                ErrorShape::Gemini => "generate-content",
-            },
+            Refused::NotImplemented => "not_implemented",
+            Refused::MethodNotAllowed => "method_not_allowed",
+            Refused::NotFound => "not_found",
         }
+    }
+}
+
+/// The metrics' `route` label of a request, served or refused.
+pub fn label(routed: &Result<Route, Refused>) -> &'static str {
+    match routed {
+        Ok(route) => route.label(),
+        Err(refused) => refused.label(),
+    }
+}
+
+/// The metrics' `protocol` label: the client's protocol for relayed requests, else
+/// the error envelope family the path belongs to.
+pub fn protocol_label(served: Option<&Route>, shape: ErrorShape) -> &'static str {
+    match served {
+        Some(Route::Relay(r)) => match r.protocol {
+            Protocol::Chat => "chat",
+            Protocol::Messages => "messages",
+            Protocol::Gemini => "generate-content",
+            Protocol::Responses => "responses",
+            Protocol::Converse => "default",
+        },
+        _ => match shape {
+            ErrorShape::Default => "default",
+            ErrorShape::Messages => "messages",
+            ErrorShape::Gemini => "generate-content",
+        },
     }
 }
 
@@ -238,18 +280,18 @@ mod tests {
 
     #[test]
     fn every_route_has_a_label_in_the_metrics_table() {
-        let label = |m: Method, p: &str| route(&m, p).label();
+        let label_of = |m: Method, p: &str| label(&route(&m, p));
         assert_eq!(
-            label(Method::POST, "/v1/chat/completions"),
+            label_of(Method::POST, "/v1/chat/completions"),
             "chat_completions"
         );
         assert_eq!(
-            label(Method::POST, "/v1/responses/compact"),
+            label_of(Method::POST, "/v1/responses/compact"),
             "responses_compact"
         );
-        assert_eq!(label(Method::GET, "/v1beta/models/x"), "models");
-        assert_eq!(label(Method::GET, "/nope"), "not_found");
-        assert_eq!(label(Method::POST, "/v1/videos"), "video");
+        assert_eq!(label_of(Method::GET, "/v1beta/models/x"), "models");
+        assert_eq!(label_of(Method::GET, "/nope"), "not_found");
+        assert_eq!(label_of(Method::POST, "/v1/videos"), "video");
         for (m, p) in [
             (Method::POST, "/v1/chat/completions"),
             (Method::POST, "/v1/messages"),
@@ -273,42 +315,48 @@ mod tests {
             (Method::PUT, "/v1/models"),
             (Method::GET, "/nope"),
         ] {
-            let l = label(m, p);
+            let l = label_of(m, p);
             assert!(crate::observe::labels::ROUTES.contains(&l), "{p}: {l}");
         }
     }
 
     #[test]
     fn table() {
-        assert_eq!(route(&Method::GET, "/v1/models"), Route::Models);
-        assert_eq!(route(&Method::POST, "/v1/models"), Route::MethodNotAllowed);
+        assert_eq!(route(&Method::GET, "/v1/models"), Ok(Route::Models));
+        assert_eq!(
+            route(&Method::POST, "/v1/models"),
+            Err(Refused::MethodNotAllowed)
+        );
         assert!(matches!(
             route(&Method::POST, "/v1/chat/completions"),
-            Route::Relay(_)
+            Ok(Route::Relay(_))
         ));
         assert_eq!(
             route(&Method::GET, "/v1/chat/completions"),
-            Route::MethodNotAllowed
+            Err(Refused::MethodNotAllowed)
         );
-        assert_eq!(route(&Method::GET, "/v1/nope"), Route::NotFound);
+        assert_eq!(route(&Method::GET, "/v1/nope"), Err(Refused::NotFound));
         assert_eq!(
             route(&Method::DELETE, "/v1/files/f1"),
-            Route::NotImplemented
+            Err(Refused::NotImplemented)
         );
-        assert_eq!(route(&Method::PUT, "/v1/files/f1"), Route::MethodNotAllowed);
+        assert_eq!(
+            route(&Method::PUT, "/v1/files/f1"),
+            Err(Refused::MethodNotAllowed)
+        );
         assert_eq!(
             route(&Method::POST, "/v1/fine-tunes/x/cancel"),
-            Route::NotImplemented
+            Err(Refused::NotImplemented)
         );
         assert_eq!(
             route(&Method::GET, "/v1/fine-tunes/x/events"),
-            Route::NotImplemented
+            Err(Refused::NotImplemented)
         );
         match route(
             &Method::POST,
             "/v1beta/models/gemini-2.5-pro:streamGenerateContent/",
         ) {
-            Route::Relay(r) => {
+            Ok(Route::Relay(r)) => {
                 assert_eq!(r.path_model.as_deref(), Some("gemini-2.5-pro"));
                 assert!(r.path_stream);
             }
@@ -316,16 +364,16 @@ mod tests {
         }
         assert_eq!(
             route(&Method::GET, "/v1beta/models/g1"),
-            Route::GeminiModel("g1".into())
+            Ok(Route::GeminiModel("g1".into()))
         );
         assert_eq!(
             route(&Method::POST, "/v1/images/generations/"),
-            Route::Media(Media::ImageGeneration)
+            Ok(Route::Media(Media::ImageGeneration))
         );
         assert_eq!(
             route(&Method::POST, "/v1/engines/e5/embeddings"),
-            Route::Media(Media::Embeddings(Some("e5".into())))
+            Ok(Route::Media(Media::Embeddings(Some("e5".into()))))
         );
-        assert_eq!(route(&Method::GET, "/v1/realtime"), Route::Realtime);
+        assert_eq!(route(&Method::GET, "/v1/realtime"), Ok(Route::Realtime));
     }
 }

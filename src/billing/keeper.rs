@@ -115,7 +115,7 @@ fn is_kept(id: &str) -> bool {
 mod tests {
     use super::*;
     use crate::store::embedded::EmbeddedStore;
-    use crate::store::KeyRecord;
+    use crate::store::{Ask, KeyRecord};
 
     fn key(id: &str, quota: i64) -> KeyRecord {
         KeyRecord::for_tests(id, format!("{:0>64}", 7), Some(quota))
@@ -128,7 +128,12 @@ mod tests {
         store.create_key(&key("k-kept", 1_000)).await.unwrap();
         let held = |id: &'static str| {
             let store = store.clone();
-            async move { store.reserve("k-kept", id, 600, 600, 2).await.unwrap() }
+            async move {
+                store
+                    .reserve_ask("k-kept", id, &Ask::money_now(600, 600), 2)
+                    .await
+                    .unwrap()
+            }
         };
         let r = held("req-kept").await.unwrap();
         let kept = keep(store.clone(), r, 2).unwrap();

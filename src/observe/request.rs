@@ -3,10 +3,10 @@
 //! on) its spans. [`finish`] turns them into the request's metrics, its access-log line
 //! and its trace.
 
-use super::trace::{Span, TraceState};
+use super::trace::{Span, TraceState, Tracer};
 use super::{labels, GaugeGuard, Observer};
 use crate::store::UsageRecord;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// What the usage record of the request said (copied as it is taken for the store).
 #[derive(Debug, Default, Clone)]
@@ -118,55 +118,93 @@ pub struct Ending<'a> {
 /// Metrics, access-log line and trace of one finished request.
 pub fn finish(o: &Observer, obs: &mut Obs, e: &Ending<'_>) {
     let now = Instant::now();
-    let elapsed = now - e.started;
-    let route = obs.route.unwrap_or(labels::ROUTES.len() - 1);
     let facts = obs.facts.take().unwrap_or_default();
-    let model = if facts.model.is_empty() {
-        e.model
-    } else {
-        &facts.model
-    };
-    let channel = if facts.channel.is_empty() {
-        e.channel
-    } else {
-        &facts.channel
-    };
-    let protocol = if obs.protocol.is_empty() {
-        "default"
-    } else {
-        obs.protocol
-    };
+    let r = Report::of(obs, &facts, e, now);
+    count(o, &r, e.status);
+    access_log(&r, e);
+    if let (Some(tracer), Some(t)) = (&o.tracer, obs.trace.take()) {
+        trace(o, tracer, *t, &r, e, now);
+    }
+}
+
+/// The labels and figures a finished request is reported with, everywhere alike.
+struct Report<'a> {
+    /// Index into [`labels::ROUTES`].
+    route: usize,
+    protocol: &'static str,
+    /// The usage record's model and channel, else what the request knew of them.
+    model: &'a str,
+    channel: &'a str,
+    facts: &'a Facts,
+    elapsed: Duration,
+    ttfb: Option<Duration>,
+}
+
+impl<'a> Report<'a> {
+    fn of(obs: &Obs, facts: &'a Facts, e: &Ending<'a>, now: Instant) -> Report<'a> {
+        let or = |recorded: &'a str, known: &'a str| {
+            if recorded.is_empty() {
+                known
+            } else {
+                recorded
+            }
+        };
+        Report {
+            route: obs.route.unwrap_or(labels::ROUTES.len() - 1),
+            protocol: if obs.protocol.is_empty() {
+                "default"
+            } else {
+                obs.protocol
+            },
+            model: or(&facts.model, e.model),
+            channel: or(&facts.channel, e.channel),
+            facts,
+            elapsed: now - e.started,
+            ttfb: obs.first_byte.map(|t| t - e.started),
+        }
+    }
+
+    fn route(&self) -> &'static str {
+        labels::ROUTES[self.route]
+    }
+}
+
+/// The request counter and the route's latency histograms.
+fn count(o: &Observer, r: &Report<'_>, status: u16) {
     o.requests
         .with_label_values(&[
-            labels::ROUTES[route],
-            protocol,
-            o.model_label(model),
-            o.channel_label(channel),
-            labels::status(e.status),
+            r.route(),
+            r.protocol,
+            o.model_label(r.model),
+            o.channel_label(r.channel),
+            labels::status(status),
         ])
         .inc();
-    let ttfb = obs.first_byte.map(|t| t - e.started);
-    if let Some((d, t)) = o.route_histograms(route) {
-        d.observe(elapsed.as_secs_f64());
-        if let Some(ttfb) = ttfb {
+    if let Some((d, t)) = o.route_histograms(r.route) {
+        d.observe(r.elapsed.as_secs_f64());
+        if let Some(ttfb) = r.ttfb {
             t.observe(ttfb.as_secs_f64());
         }
     }
-    // The access log: never a key, a token or an upstream secret (the key's public id
-    // only; the path without its query, where a generate-content key may travel).
+}
+
+/// The access log: never a key, a token or an upstream secret (the key's public id
+/// only; the path without its query, where a generate-content key may travel).
+fn access_log(r: &Report<'_>, e: &Ending<'_>) {
+    let facts = r.facts;
     tracing::info!(
         target: "access",
         request_id = e.request_id,
         key_id = e.key_id.unwrap_or(""),
         method = e.method,
         path = e.path,
-        route = labels::ROUTES[route],
-        protocol,
-        model,
-        channel,
+        route = r.route(),
+        protocol = r.protocol,
+        model = r.model,
+        channel = r.channel,
         status = e.status,
-        latency_ms = elapsed.as_secs_f64() * 1000.0,
-        ttfb_ms = ttfb.map(|t| t.as_secs_f64() * 1000.0),
+        latency_ms = r.elapsed.as_secs_f64() * 1000.0,
+        ttfb_ms = r.ttfb.map(|t| t.as_secs_f64() * 1000.0),
         prompt_tokens = facts.prompt_tokens,
         completion_tokens = facts.completion_tokens,
         cached_tokens = facts.cached_tokens,
@@ -176,30 +214,40 @@ pub fn finish(o: &Observer, obs: &mut Obs, e: &Ending<'_>) {
         stream = facts.stream,
         "request"
     );
-    if let (Some(tracer), Some(mut t)) = (&o.tracer, obs.trace.take()) {
-        let root = t.root(e.method, labels::ROUTES[route], e.started, now);
-        root.str("http.request.method", e.method)
-            .str("url.path", e.path)
-            .str("http.route", labels::ROUTES[route])
-            .int("http.response.status_code", i64::from(e.status))
-            .str("gateway.request_id", e.request_id)
-            .str("gateway.protocol", protocol)
-            .str("gen_ai.request.model", model)
-            .str("gateway.channel", channel)
-            .int("gen_ai.usage.input_tokens", facts.prompt_tokens as i64)
-            .int("gen_ai.usage.output_tokens", facts.completion_tokens as i64)
-            .int(
-                "gen_ai.usage.cached_input_tokens",
-                facts.cached_tokens as i64,
-            )
-            .float("gateway.cost_usd", facts.cost as f64 / 1e6)
-            .boolean("gateway.cost_estimated", facts.estimated)
-            .error(e.status >= 500);
-        if let Some(ttfb) = ttfb {
-            root.float("gateway.ttfb_ms", ttfb.as_secs_f64() * 1000.0);
-        }
-        if !tracer.send(*t) {
-            o.spans_dropped.inc();
-        }
+}
+
+/// The request's root span, with its children, sent to the collector.
+fn trace(
+    o: &Observer,
+    tracer: &Tracer,
+    mut t: TraceState,
+    r: &Report<'_>,
+    e: &Ending<'_>,
+    now: Instant,
+) {
+    let facts = r.facts;
+    let root = t.root(e.method, r.route(), e.started, now);
+    root.str("http.request.method", e.method)
+        .str("url.path", e.path)
+        .str("http.route", r.route())
+        .int("http.response.status_code", i64::from(e.status))
+        .str("gateway.request_id", e.request_id)
+        .str("gateway.protocol", r.protocol)
+        .str("gen_ai.request.model", r.model)
+        .str("gateway.channel", r.channel)
+        .int("gen_ai.usage.input_tokens", facts.prompt_tokens as i64)
+        .int("gen_ai.usage.output_tokens", facts.completion_tokens as i64)
+        .int(
+            "gen_ai.usage.cached_input_tokens",
+            facts.cached_tokens as i64,
+        )
+        .float("gateway.cost_usd", facts.cost as f64 / 1e6)
+        .boolean("gateway.cost_estimated", facts.estimated)
+        .error(e.status >= 500);
+    if let Some(ttfb) = r.ttfb {
+        root.float("gateway.ttfb_ms", ttfb.as_secs_f64() * 1000.0);
+    }
+    if !tracer.send(t) {
+        o.spans_dropped.inc();
     }
 }

@@ -106,24 +106,31 @@ async fn handle(gw: &Gateway, session: &mut Session, ctx: &mut Ctx) {
     let req = session.req_header();
     let path = req.uri.path().to_string();
     let query = req.uri.query().map(str::to_string);
-    let route = route::route(&req.method, &path);
-    ctx.shape = route.error_shape(&path);
+    let routed = route::route(&req.method, &path);
+    let served = routed.as_ref().ok();
+    ctx.shape = route::error_shape(served, &path);
     ctx.obs.routed(
         &gw.observe,
-        route.label(),
-        route.protocol_label(ctx.shape),
-        route == Route::Realtime,
+        route::label(&routed),
+        route::protocol_label(served, ctx.shape),
+        served == Some(&Route::Realtime),
         &req.headers,
     );
-    // Boxed: what answering needs is freed before the answer is sent, instead of being
-    // held (as this future's size) for the whole of a stream.
-    let answer = Box::pin(dispatch(gw, session, ctx, &route, &path, query.as_deref())).await;
+    let answer = match routed {
+        // Refused before authentication: a path that is not served says so to anyone.
+        Err(refused) => Err(refused.into()),
+        // Boxed: what answering needs is freed before the answer is sent, instead of
+        // being held (as this future's size) for the whole of a stream.
+        Ok(route) => Box::pin(dispatch(gw, session, ctx, &route, &path, query.as_deref())).await,
+    };
     match answer {
         Ok(answer) => answer.send(gw, session, ctx).await,
         Err(e) => respond_error(session, ctx, &e).await,
     }
 }
 
+/// Authenticates a request for a served route, then answers it.
+///
 /// The routes whose futures are large (relay, media, realtime, video) are boxed each on
 /// its own, so this future stays small and a request copies only its own route's state
 /// into the heap: held inline, the largest of them would size this future, and every
@@ -136,12 +143,6 @@ async fn dispatch(
     path: &str,
     query: Option<&str>,
 ) -> Result<Answer, GatewayError> {
-    match route {
-        Route::NotFound => return Err(GatewayError::NotFound),
-        Route::MethodNotAllowed => return Err(GatewayError::MethodNotAllowed),
-        Route::NotImplemented => return Err(GatewayError::NotImplemented),
-        _ => {}
-    }
     let peer = session
         .client_addr()
         .and_then(|a| a.as_inet())
@@ -187,9 +188,6 @@ async fn dispatch(
             Box::pin(realtime::relay(gw, session, ctx, &key, query)).await
         }
         Route::Video(v) => Box::pin(video::service::handle(gw, session, ctx, &key, v, query)).await,
-        Route::NotFound | Route::MethodNotAllowed | Route::NotImplemented => Err(
-            GatewayError::internal("dispatching a route that was answered before authentication"),
-        ),
     }
 }
 

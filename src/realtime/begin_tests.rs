@@ -4,7 +4,7 @@ use super::*;
 use crate::config::Config;
 use crate::ids;
 use crate::store::embedded::EmbeddedStore;
-use crate::store::{KeyRecord, KeyStatus, Micros, Store};
+use crate::store::{Ask, KeyRecord, KeyStatus, Micros, Store};
 use pingora::protocols::l4::stream::Stream;
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
@@ -102,7 +102,7 @@ impl Fixture {
         let r = self
             .gw
             .store
-            .reserve(key, &ids::request_id(), amount, amount, 60)
+            .reserve_ask(key, &ids::request_id(), &Ask::money_now(amount, amount), 60)
             .await
             .unwrap();
         match r {

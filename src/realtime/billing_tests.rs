@@ -3,7 +3,7 @@ use crate::config::raw::RawPrice;
 use crate::ids;
 use crate::realtime::frames::Sniff;
 use crate::store::embedded::EmbeddedStore;
-use crate::store::{KeyPatch, KeyRecord, KeyStatus, Reservation};
+use crate::store::{Ask, KeyPatch, KeyRecord, KeyStatus, Reservation};
 use std::time::Duration;
 
 /// A realtime-like price: 4 / 16 / 0.4 USD per 1M tokens, 4096 output tokens per block.
@@ -64,12 +64,19 @@ async fn fixture(quota: Option<Micros>) -> Fixture {
 impl Fixture {
     async fn meter(&self) -> Meter {
         let (min, max) = first_block(&rt_price());
-        let first = self
-            .store
-            .reserve(&self.key, "req1", min, max, 3600)
-            .await
-            .unwrap()
-            .unwrap();
+        // Taken as `begin` takes it: reserved through the guard, then handed to the meter.
+        let first = crate::billing::reserve(
+            &self.store,
+            &self.key,
+            "req1",
+            &Ask::money_now(min, max),
+            3600,
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .hand_over()
+        .unwrap();
         Meter::new(
             rt_price(),
             Multiplier::ONE,
@@ -97,7 +104,12 @@ impl Fixture {
     async fn can_reserve(&self, amount: Micros) -> bool {
         let r = self
             .store
-            .reserve(&self.key, &ids::request_id(), amount, amount, 3600)
+            .reserve_ask(
+                &self.key,
+                &ids::request_id(),
+                &Ask::money_now(amount, amount),
+                3600,
+            )
             .await
             .unwrap();
         match r {
@@ -209,11 +221,12 @@ async fn cost_is_priced_on_the_running_total() {
     .unwrap();
     let f = fixture(None).await;
     let (min, max) = first_block(&price);
-    let first = f
-        .store
-        .reserve(&f.key, "r", min, max, 60)
+    // Taken as `begin` takes it: reserved through the guard, then handed to the meter.
+    let first = crate::billing::reserve(&f.store, &f.key, "r", &Ask::money_now(min, max), 60)
         .await
         .unwrap()
+        .unwrap()
+        .hand_over()
         .unwrap();
     let mut m = Meter::new(
         price,
@@ -470,11 +483,12 @@ impl Store for Unreachable {
 async fn a_store_failure_ends_only_a_session_short_of_the_floor() {
     let f = fixture(None).await;
     let (min, max) = first_block(&rt_price());
-    let first = f
-        .store
-        .reserve(&f.key, "req1", min, max, 3600)
+    // Taken as `begin` takes it: reserved through the guard, then handed to the meter.
+    let first = crate::billing::reserve(&f.store, &f.key, "req1", &Ask::money_now(min, max), 3600)
         .await
         .unwrap()
+        .unwrap()
+        .hand_over()
         .unwrap();
     let account = Account {
         store: Arc::new(Unreachable(f.store.clone())),
@@ -501,15 +515,29 @@ async fn a_dropped_meter_still_charges_what_was_used() {
     m.top_up().await.unwrap();
     assert_eq!(m.cost(), 3651);
     drop(m);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while f.used().await != 3651 {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "charged in the background"
-        );
+    // Each dropped guard settles in its own background task: the first (the charge) and
+    // the extension's (a release) land in either order, each when the store gets to it.
+    eventually("charged in the background", || async {
+        f.used().await == 3651
+    })
+    .await;
+    eventually("every hold released in the background", || {
+        f.can_reserve(1_000_000 - 3651)
+    })
+    .await;
+}
+
+/// Polls `check` until it holds; fails past a deadline no loaded machine reaches.
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(f.can_reserve(1_000_000 - 3651).await);
 }
 
 #[async_trait::async_trait]

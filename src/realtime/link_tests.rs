@@ -4,7 +4,7 @@ use crate::gateway::Gateway;
 use crate::ids;
 use crate::realtime::billing::{first_block, Account};
 use crate::store::embedded::EmbeddedStore;
-use crate::store::{KeyRecord, KeyStatus, Micros, Store};
+use crate::store::{Ask, KeyRecord, KeyStatus, Micros, Store};
 
 const CONFIG: &str = "listen: 127.0.0.1:0
 channels:
@@ -65,13 +65,19 @@ impl Fixture {
         let price = self.gw.config.prices["gpt-realtime"].clone();
         let (min, max) = first_block(&price);
         let request_id = ids::request_id();
-        let first = self
-            .gw
-            .store
-            .reserve(&self.key, &request_id, min, max, 3600)
-            .await
-            .unwrap()
-            .unwrap();
+        // Taken as `begin` takes it: reserved through the guard, then handed to the meter.
+        let first = crate::billing::reserve(
+            &self.gw.store,
+            &self.key,
+            &request_id,
+            &Ask::money_now(min, max),
+            3600,
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .hand_over()
+        .unwrap();
         let account = Account {
             store: self.gw.store.clone(),
             key_id: self.key.clone(),
@@ -97,7 +103,12 @@ impl Fixture {
         let r = self
             .gw
             .store
-            .reserve(&self.key, &ids::request_id(), free, free, 60)
+            .reserve_ask(
+                &self.key,
+                &ids::request_id(),
+                &Ask::money_now(free, free),
+                60,
+            )
             .await
             .unwrap();
         match r {

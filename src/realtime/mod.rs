@@ -71,7 +71,7 @@ pub use link::Link;
 use crate::auth::credentials::query_param;
 use crate::auth::AuthKey;
 use crate::billing::Price;
-use crate::channels::{ChannelProtocol, ErrorKind};
+use crate::channels::{Channel, ChannelProtocol, ErrorKind};
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use crate::protocol::Invalid;
@@ -129,16 +129,29 @@ async fn begin(
         rec.stream = true;
     }
     key.check_model(&model)?;
-    // Only an OpenAI-style upstream speaks this protocol; the first whose circuit admits
-    // a request now is used (a session is one long request: it is not moved later).
+    let (channel, price) = channel_for(gw, &model)?;
+    let meter = reserve_first_block(gw, ctx, key, price).await?;
+    ctx.record_mut().channel = channel.name.clone();
+    // Pingora ends a session silent both ways for 60 s (its client read timeout, restarted
+    // by traffic either way); a realtime user may think longer. The channel's read
+    // timeout, which already bounds the upstream side, becomes the idle limit.
+    session.set_read_timeout(Some(channel.read_timeout));
+    session.set_write_timeout(Some(channel.read_timeout));
+    Ok(Link::new(model, channel, meter))
+}
+
+/// The channel a session of `model` goes to, and its per-token price there. Only an
+/// OpenAI-style upstream speaks this protocol; the first whose circuit admits a request
+/// now is used (a session is one long request: it is not moved later).
+fn channel_for(gw: &Gateway, model: &str) -> Result<(Arc<Channel>, Price), GatewayError> {
     let speakers: Vec<_> = gw
         .router
-        .candidates(&model)
+        .candidates(model)
         .into_iter()
         .filter(|c| c.protocol == ChannelProtocol::OpenAi)
         .collect();
     if speakers.is_empty() {
-        return Err(GatewayError::ModelNotFound(model.clone()));
+        return Err(GatewayError::ModelNotFound(model.to_string()));
     }
     let channel = speakers
         .into_iter()
@@ -146,10 +159,21 @@ async fn begin(
         .ok_or(GatewayError::Upstream(UpstreamFailure::Connect))?;
     let price: Price = gw
         .config
-        .channel_price(&channel.name, &model)
+        .channel_price(&channel.name, model)
         .filter(|p| p.per_token())
         .cloned()
-        .ok_or_else(|| GatewayError::ModelNotPriced(model.clone()))?;
+        .ok_or_else(|| GatewayError::ModelNotPriced(model.to_string()))?;
+    Ok((channel, price))
+}
+
+/// Reserves the session's first block as any request reserves, and hands the hold to
+/// the session's meter, which takes the extensions in the same periods and group.
+async fn reserve_first_block(
+    gw: &Gateway,
+    ctx: &Ctx,
+    key: &Arc<AuthKey>,
+    price: Price,
+) -> Result<Meter, GatewayError> {
     let (min, max) = billing::first_block(&price);
     let ttl_secs = gw.config.limits.reservation_ttl_secs;
     let bounds = crate::relay::meter::Bounds {
@@ -170,12 +194,6 @@ async fn begin(
         multiplier.apply_micros(max),
         0,
     );
-    ctx.record_mut().channel = channel.name.clone();
-    // Pingora ends a session silent both ways for 60 s (its client read timeout, restarted
-    // by traffic either way); a realtime user may think longer. The channel's read
-    // timeout, which already bounds the upstream side, becomes the idle limit.
-    session.set_read_timeout(Some(channel.read_timeout));
-    session.set_write_timeout(Some(channel.read_timeout));
     let account = Account {
         store: gw.store.clone(),
         key_id: key.rec.id.clone(),
@@ -183,11 +201,7 @@ async fn begin(
         ttl_secs,
         ask,
     };
-    Ok(Link::new(
-        model,
-        channel,
-        Meter::new(price, multiplier, first, account),
-    ))
+    Ok(Meter::new(price, multiplier, first, account))
 }
 
 /// Opens the upstream WebSocket; returns it with the client's `101`.

@@ -204,6 +204,7 @@ fn reported_sums(reported: &[ProviderUsage]) -> BTreeMap<(Date, String), (Tokens
     out
 }
 
+/// One row per UTC day and upstream model seen on either side, in that order.
 pub fn rows(
     cfg: &Config,
     provider: Provider,
@@ -217,81 +218,112 @@ pub fn rows(
     for key in keys {
         let sums = ledger.remove(&key);
         let (tokens, requests) = reported.remove(&key).unwrap_or_default();
-        let cands = candidates(cfg, channels, &key.1, sums.as_ref());
-        let count = |c: &Candidate| {
-            sums.as_ref()
-                .and_then(|s| s.by_channel.get(c.channel))
-                .and_then(|sh| sh.models.get(c.model))
-                .copied()
-                .unwrap_or(0)
-        };
-        // The busiest pair; the first in configuration order on a tie.
-        let chosen = cands
-            .iter()
-            .enumerate()
-            .max_by_key(|(i, c)| (count(c), std::cmp::Reverse(*i)))
-            .map(|(_, c)| c);
-        let mut notes = Vec::new();
-        if cands.is_empty() {
-            notes.push(Note::NotServed);
-        }
-        let price = chosen.and_then(|c| c.price);
-        let cost = match price {
-            _ if tokens == Tokens::default() => Some(0),
-            Some(p) => Some(cost_at(p, &tokens)),
-            None => None,
-        };
-        if !cands.is_empty() && cost.is_none() {
-            notes.push(Note::NoPrice);
-        }
-        let priced: Vec<&Price> = cands.iter().filter_map(|c| c.price).collect();
-        if priced.windows(2).any(|w| w[0] != w[1]) {
-            notes.push(Note::MixedPrices);
-        }
-        if price.is_some_and(|p| !p.tiers.is_empty()) {
-            notes.push(Note::Tiered);
-        }
-        let mut names: Vec<String> = Vec::new();
-        for c in &cands {
-            if !names.iter().any(|n| n == c.channel) {
-                names.push(c.channel.to_string());
-            }
-        }
-        let priced_as = chosen.filter(|c| c.price.is_some()).map(|c| PricedAs {
-            channel: c.channel.to_string(),
-            model: c.model.to_string(),
-        });
-        drop(cands);
-        let sums = sums.unwrap_or_default();
-        if sums.estimated > 0 {
-            notes.push(Note::Estimated(sums.estimated));
-        }
-        if sums.charged_only > 0 {
-            notes.push(Note::ChargedOnly(sums.charged_only));
-        }
-        out.push(Row {
-            day: key.0,
-            model: key.1,
-            channels: names,
-            ledger: Side {
-                requests: Some(sums.requests),
-                tokens: sums.tokens,
-                cost_micros: Some(sums.cost),
+        let priced = priced(cfg, channels, &key.1, sums.as_ref(), &tokens);
+        let provider = Side {
+            requests: match provider {
+                Provider::OpenAi => Some(requests.unwrap_or(0)),
+                Provider::Anthropic => requests,
             },
-            provider: Side {
-                requests: match provider {
-                    Provider::OpenAi => Some(requests.unwrap_or(0)),
-                    Provider::Anthropic => requests,
-                },
-                tokens,
-                cost_micros: cost,
-            },
-            by_channel: sums.by_channel,
-            priced_as,
-            notes,
-        });
+            tokens,
+            cost_micros: priced.cost,
+        };
+        out.push(row(key, sums.unwrap_or_default(), provider, priced));
     }
     out
+}
+
+/// How a row's provider tokens are costed, and what qualifies that cost.
+struct Priced {
+    /// Every channel that sends the row's model, in configuration order.
+    channels: Vec<String>,
+    priced_as: Option<PricedAs>,
+    cost: Option<Micros>,
+    notes: Vec<Note>,
+}
+
+/// Costs the provider's `tokens` of an upstream model at the price of the pair the ledger
+/// served it through most (see the module's doc).
+fn priced(
+    cfg: &Config,
+    channels: &[Arc<Channel>],
+    upstream: &str,
+    sums: Option<&Sums>,
+    tokens: &Tokens,
+) -> Priced {
+    let cands = candidates(cfg, channels, upstream, sums);
+    let count = |c: &Candidate| {
+        sums.and_then(|s| s.by_channel.get(c.channel))
+            .and_then(|sh| sh.models.get(c.model))
+            .copied()
+            .unwrap_or(0)
+    };
+    // The busiest pair; the first in configuration order on a tie.
+    let chosen = cands
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, c)| (count(c), std::cmp::Reverse(*i)))
+        .map(|(_, c)| c);
+    let mut notes = Vec::new();
+    if cands.is_empty() {
+        notes.push(Note::NotServed);
+    }
+    let price = chosen.and_then(|c| c.price);
+    let cost = match price {
+        _ if *tokens == Tokens::default() => Some(0),
+        Some(p) => Some(cost_at(p, tokens)),
+        None => None,
+    };
+    if !cands.is_empty() && cost.is_none() {
+        notes.push(Note::NoPrice);
+    }
+    let priced: Vec<&Price> = cands.iter().filter_map(|c| c.price).collect();
+    if priced.windows(2).any(|w| w[0] != w[1]) {
+        notes.push(Note::MixedPrices);
+    }
+    if price.is_some_and(|p| !p.tiers.is_empty()) {
+        notes.push(Note::Tiered);
+    }
+    let mut names: Vec<String> = Vec::new();
+    for c in &cands {
+        if !names.iter().any(|n| n == c.channel) {
+            names.push(c.channel.to_string());
+        }
+    }
+    let priced_as = chosen.filter(|c| c.price.is_some()).map(|c| PricedAs {
+        channel: c.channel.to_string(),
+        model: c.model.to_string(),
+    });
+    Priced {
+        channels: names,
+        priced_as,
+        cost,
+        notes,
+    }
+}
+
+/// One day and model: the ledger's sums beside the provider's side.
+fn row(key: (Date, String), sums: Sums, provider: Side, priced: Priced) -> Row {
+    let mut notes = priced.notes;
+    if sums.estimated > 0 {
+        notes.push(Note::Estimated(sums.estimated));
+    }
+    if sums.charged_only > 0 {
+        notes.push(Note::ChargedOnly(sums.charged_only));
+    }
+    Row {
+        day: key.0,
+        model: key.1,
+        channels: priced.channels,
+        ledger: Side {
+            requests: Some(sums.requests),
+            tokens: sums.tokens,
+            cost_micros: Some(sums.cost),
+        },
+        provider,
+        by_channel: sums.by_channel,
+        priced_as: priced.priced_as,
+        notes,
+    }
 }
 
 #[cfg(test)]

@@ -376,42 +376,27 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
     async fn delete_key(&self, id: &str) -> StoreResult<bool>;
 
     /// Atomically checks the key (exists, enabled, not expired: the store's own clock, never
-    /// the caller's) and holds money for one request: grants `min(max, available)` when
-    /// `available >= min`, where `available = quota_limit - quota_used - reserved`
-    /// (unlimited keys always get `max`). `min <= max`, both >= 0. A reservation not
-    /// settled or extended within `ttl_secs` is released on its own (a crashed instance
-    /// cannot hold quota forever).
+    /// the caller's) and holds money for one request against every limit at once, in one
+    /// atomic step as seen by every other reserve: the key's lifetime cap, its period
+    /// budgets (the counters of `ask.periods`), `tpm` (`ask.tokens` in `ask.minute()`, all
+    /// or nothing) and `max_concurrent`, and the same limits of `ask.group`.
+    ///
+    /// The money granted is `min(max, least left under any money limit)` when that is
+    /// `>= min` (`ask.min <= ask.max`, both >= 0), where the cap leaves
+    /// `quota_limit - quota_used - reserved` (unlimited keys always get `max`). A refusal
+    /// names the first limit that refused ([`ReserveDenied::Limit`]; the key's lifetime cap
+    /// stays [`ReserveDenied::QuotaExhausted`]). The key's group must be `ask.group`'s, else
+    /// [`ReserveDenied::Stale`] ([`Ask::money`] is an ask for a key in no group). A hold
+    /// remembers the counters it holds on, so its settle and its expiry release those same
+    /// counters even after a period boundary. A reservation not settled or extended within
+    /// `ttl_secs` is released on its own (a crashed instance cannot hold quota forever).
     ///
     /// Idempotent by `reservation_id`: an id already held returns that same grant and holds
     /// nothing more (a retry after a lost reply); an id already settled or released is
     /// refused with [`ReserveDenied::Released`].
     ///
-    /// Money only, as [`Store::reserve_ask`] with [`Ask::money`] at the store's clock: for
-    /// keys in no group (a key in one is refused as [`ReserveDenied::Stale`]).
-    async fn reserve(
-        &self,
-        key_id: &str,
-        reservation_id: &str,
-        min: Micros,
-        max: Micros,
-        ttl_secs: u64,
-    ) -> StoreResult<Result<Reservation, ReserveDenied>> {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        self.reserve_ask(key_id, reservation_id, &Ask::money(min, max, now), ttl_secs)
-            .await
-    }
-
-    /// [`Store::reserve`] against every limit at once, in one atomic step as seen by every
-    /// other reserve: the key's lifetime cap, its period budgets (the counters of
-    /// `ask.periods`), `tpm` (`ask.tokens` in `ask.minute()`, all or nothing) and
-    /// `max_concurrent`, and the same limits of `ask.group`. The money granted is
-    /// `min(max, least left under any money limit)`; a refusal names the first limit that
-    /// refused ([`ReserveDenied::Limit`]; the key's lifetime cap stays
-    /// [`ReserveDenied::QuotaExhausted`]). The key's group must be `ask.group`'s, else
-    /// [`ReserveDenied::Stale`]. A hold remembers the counters it holds on, so its settle
-    /// and its expiry release those same counters even after a period boundary.
+    /// Requests reserve through the billing module's `reserve`, which owns the id until
+    /// the store answers and keeps the hold alive.
     async fn reserve_ask(
         &self,
         key_id: &str,

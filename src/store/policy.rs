@@ -362,6 +362,17 @@ impl Ask {
     }
 }
 
+#[cfg(test)]
+impl Ask {
+    /// [`Ask::money`] at the wall clock's now: a test's ask of a key in no group.
+    pub(crate) fn money_now(min: Micros, max: Micros) -> Ask {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        Ask::money(min, max, now)
+    }
+}
+
 /// What one scope's counters stand at for some periods: settled plus held.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Standing {

@@ -127,7 +127,7 @@ pub struct TaskRef {
 #[async_trait]
 pub trait TaskStore: Send + Sync + 'static {
     /// Stores a new open task, first due at `due_ms` (unix milliseconds). The task's
-    /// reservation (id = task id) was made before with `Store::reserve` and must survive
+    /// reservation (id = task id) was made before with `Store::reserve_ask` and must survive
     /// restarts of the gateway until the task ends or the reservation's TTL passes (so
     /// its TTL should reach past the task's `deadline`). `Conflict` if the id exists;
     /// an error if `t.status` is terminal.

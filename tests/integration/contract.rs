@@ -7,7 +7,7 @@ use crate::redis_server::{RedisCluster, RedisServer};
 use model_gateway::config::StoreConfig;
 use model_gateway::gateway::open_store;
 use model_gateway::store::{
-    KeyRecord, KeyStatus, Micros, Reservation, ReserveDenied, Store, TaskRecord, TaskResult,
+    Ask, KeyRecord, KeyStatus, Micros, Reservation, ReserveDenied, Store, TaskRecord, TaskResult,
     TaskStatus, UsageRecord,
 };
 use std::sync::Arc;
@@ -170,6 +170,15 @@ pub(crate) fn usage(t: &TaskRecord) -> UsageRecord {
     }
 }
 
+/// A money-only ask at the wall clock's now (for a key in no group), as the relay's
+/// calendar makes one.
+pub(crate) fn money(min: Micros, max: Micros) -> Ask {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    Ask::money(min, max, now)
+}
+
 /// Reserves exactly `amount` for `id` now.
 pub(crate) async fn reserve(
     store: &dyn Store,
@@ -178,7 +187,7 @@ pub(crate) async fn reserve(
     amount: Micros,
 ) -> Result<Reservation, ReserveDenied> {
     store
-        .reserve(key_id, id, amount, amount, TTL)
+        .reserve_ask(key_id, id, &money(amount, amount), TTL)
         .await
         .unwrap()
 }
@@ -191,7 +200,12 @@ pub(crate) async fn used(store: &dyn Store, key_id: &str) -> Micros {
 /// new id each time: an id holds money once.)
 pub(crate) async fn available(store: &dyn Store, key_id: &str) -> Micros {
     let r = store
-        .reserve(key_id, &model_gateway::ids::request_id(), 0, QUOTA, TTL)
+        .reserve_ask(
+            key_id,
+            &model_gateway::ids::request_id(),
+            &money(0, QUOTA),
+            TTL,
+        )
         .await
         .unwrap()
         .unwrap();

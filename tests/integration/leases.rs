@@ -9,7 +9,7 @@
 //!   an instance short of money gets what another's lease holds;
 //! - request limits are never exceeded across instances.
 
-use crate::contract::{eventually, key, request_usage, KEY};
+use crate::contract::{eventually, key, money, request_usage, KEY};
 use crate::flaky_proxy::FlakyProxy;
 use crate::redis_server::{RedisCluster, RedisServer};
 use model_gateway::store::redis::{LeaseOptions, RedisStore};
@@ -115,7 +115,11 @@ async fn capped(store: &dyn Store, id: &str, cap: Micros) {
 /// `None` when refused.
 async fn request(store: &dyn Store, id: &str, max: Micros, cost: Micros) -> Option<String> {
     let rid = model_gateway::ids::request_id();
-    let r = match store.reserve(KEY, &rid, max, max, 3600).await.unwrap() {
+    let r = match store
+        .reserve_ask(KEY, &rid, &money(max, max), 3600)
+        .await
+        .unwrap()
+    {
         Ok(r) => r,
         Err(ReserveDenied::QuotaExhausted) => return None,
         Err(e) => panic!("{id}: refused as {e:?}"),
@@ -355,7 +359,10 @@ async fn a_crashed_instance_s_lease_is_reclaimed_and_its_charges_count_once() {
             // A probe of everything: granted only once the lease's money is back.
             let rid = model_gateway::ids::request_id();
             let left = 1_000_000 - charged;
-            let r = direct.reserve(KEY, &rid, left, left, 60).await.unwrap();
+            let r = direct
+                .reserve_ask(KEY, &rid, &money(left, left), 60)
+                .await
+                .unwrap();
             match r {
                 Ok(r) => {
                     direct.settle(&r, 0).await.unwrap();
@@ -394,7 +401,7 @@ async fn leases_are_handed_back_on_shutdown() {
     let direct = b.direct().await;
     assert_eq!(direct.get_key(KEY).await.unwrap().unwrap().quota_used, 250);
     let r = direct
-        .reserve(KEY, "probe", 0, 1_000_000, 60)
+        .reserve_ask(KEY, "probe", &money(0, 1_000_000), 60)
         .await
         .unwrap()
         .unwrap();
@@ -411,7 +418,10 @@ async fn an_instance_short_of_money_gets_what_another_s_lease_holds() {
     take_lease(&holder, &url).await;
     let other = b.direct().await;
     // More than is free while the lease stands, less than the key has.
-    let r = other.reserve(KEY, "big", 90_000, 90_000, 60).await.unwrap();
+    let r = other
+        .reserve_ask(KEY, "big", &money(90_000, 90_000), 60)
+        .await
+        .unwrap();
     assert_eq!(r.map(|r| r.amount), Ok(90_000));
 }
 

@@ -1,12 +1,12 @@
-//! Money exactly once on every backend (see [`crate::contract`]): `Store::reserve`,
+//! Money exactly once on every backend (see [`crate::contract`]): `Store::reserve_ask`,
 //! `extend`, `settle`, `settle_logged` and `billing::reserve` with its guard are
 //! idempotent by reservation id; holds are kept alive by their guard and reclaimed by
 //! their TTL only when the instance holding them is gone. These checks wait for real time
 //! where a TTL is the point (2 s TTLs, polled with a deadline).
 
 use crate::contract::{
-    available, backends, completed, cut_after_one_poll, eventually, key, open, request_usage,
-    reserve, task, task_id, usage, used, KEY, QUOTA, TTL,
+    available, backends, completed, cut_after_one_poll, eventually, key, money, open,
+    request_usage, reserve, task, task_id, usage, used, KEY, QUOTA, TTL,
 };
 use model_gateway::billing::{self, SettleOutcome};
 use model_gateway::config::StoreConfig;
@@ -75,13 +75,13 @@ async fn reserving_a_held_id_answers_its_grant_and_a_settled_id_is_refused(cfg: 
     let store = open(&cfg).await;
     key(&*store, KEY).await;
     let r = store
-        .reserve(KEY, "req-1", 0, 300_000, TTL)
+        .reserve_ask(KEY, "req-1", &money(0, 300_000), TTL)
         .await
         .unwrap()
         .unwrap();
     // A retry of the same reserve, even asking for more, holds nothing more.
     let again = store
-        .reserve(KEY, "req-1", 0, 900_000, TTL)
+        .reserve_ask(KEY, "req-1", &money(0, 900_000), TTL)
         .await
         .unwrap()
         .unwrap();
@@ -99,7 +99,7 @@ async fn reserving_a_held_id_answers_its_grant_and_a_settled_id_is_refused(cfg: 
     store.settle(&t, 0).await.unwrap();
     for id in ["req-1", &task_id(1)] {
         assert_eq!(
-            store.reserve(KEY, id, 0, 1, TTL).await.unwrap(),
+            store.reserve_ask(KEY, id, &money(0, 1), TTL).await.unwrap(),
             Err(ReserveDenied::Released),
             "{id}: an id holds money once"
         );
@@ -121,7 +121,10 @@ async fn settling_an_unreserved_id_releases_it(cfg: StoreConfig) {
     };
     store.settle(&never, 0).await.unwrap();
     assert_eq!(
-        store.reserve(KEY, "req-lost", 0, 100, TTL).await.unwrap(),
+        store
+            .reserve_ask(KEY, "req-lost", &money(0, 100), TTL)
+            .await
+            .unwrap(),
         Err(ReserveDenied::Released)
     );
     assert_eq!(used(&*store, KEY).await, 0);
@@ -151,12 +154,12 @@ async fn extend_pushes_a_live_hold_and_revives_none(cfg: StoreConfig) {
     let store = open(&cfg).await;
     key(&*store, KEY).await;
     let kept = store
-        .reserve(KEY, "req-kept", 0, 100_000, 2)
+        .reserve_ask(KEY, "req-kept", &money(0, 100_000), 2)
         .await
         .unwrap()
         .unwrap();
     let lapsing = store
-        .reserve(KEY, "req-lapsing", 0, 200_000, 2)
+        .reserve_ask(KEY, "req-lapsing", &money(0, 200_000), 2)
         .await
         .unwrap()
         .unwrap();
@@ -289,7 +292,12 @@ async fn a_settle_cancelled_mid_call_lands_exactly_once(cfg: StoreConfig) {
             "delay {delay:?}: logged once"
         );
         let left = store
-            .reserve(&key_id, &model_gateway::ids::request_id(), 0, QUOTA, TTL)
+            .reserve_ask(
+                &key_id,
+                &model_gateway::ids::request_id(),
+                &money(0, QUOTA),
+                TTL,
+            )
             .await
             .unwrap()
             .unwrap();
@@ -336,7 +344,10 @@ async fn a_reserve_cancelled_before_its_answer_is_released(cfg: StoreConfig) {
         Duration::from_secs(10),
         "the cut id is released, so a late duplicate cannot hold it again",
         || async {
-            store.reserve(&key_id, &cut, 0, 400_000, TTL).await.unwrap()
+            store
+                .reserve_ask(&key_id, &cut, &money(0, 400_000), TTL)
+                .await
+                .unwrap()
                 == Err(ReserveDenied::Released)
         },
     )

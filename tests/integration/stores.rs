@@ -5,7 +5,7 @@
 //! exists; the truth is read through a direct connection.
 
 use crate::contract::{
-    available, eventually, key, open, redis_config, request_usage, used, KEY, QUOTA, TTL,
+    available, eventually, key, money, open, redis_config, request_usage, used, KEY, QUOTA, TTL,
 };
 use crate::flaky_proxy::FlakyProxy;
 use crate::gateway::{
@@ -350,7 +350,7 @@ async fn redis_reserve_whose_reply_is_lost_is_released() {
     assert_eq!(used(&*f.direct, KEY).await, 0);
     assert_eq!(
         f.direct
-            .reserve(KEY, "req-lost", 0, 400_000, TTL)
+            .reserve_ask(KEY, "req-lost", &money(0, 400_000), TTL)
             .await
             .unwrap(),
         Err(ReserveDenied::Released),

@@ -61,14 +61,19 @@ async fn serving_with_three_holds(dir: &Path) -> (EmbeddedStore, Vec<Reservation
     let mut holds = Vec::new();
     for n in 0..3 {
         let id = format!("req-{n}");
-        holds.push(s.reserve("k", &id, 0, 400, 60).await.unwrap().unwrap());
+        holds.push(
+            s.reserve_ask("k", &id, &Ask::money_now(0, 400), 60)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
     }
     (s, holds)
 }
 
 /// What a new request may be granted on key `k` (asking for up to 1,000).
 async fn left(s: &EmbeddedStore, rid: &str) -> Micros {
-    s.reserve("k", rid, 0, 1_000, 60)
+    s.reserve_ask("k", rid, &Ask::money_now(0, 1_000), 60)
         .await
         .unwrap()
         .unwrap()
@@ -159,7 +164,11 @@ async fn figures_read_again_while_settles_wait_count_each_once() {
     assert_eq!(s.get_key("k").await.unwrap().unwrap().name, "renamed");
 
     // A key forgotten (created anew) and loaded again while settles of it wait.
-    let r = s.reserve("k", "late", 0, 100, 60).await.unwrap().unwrap();
+    let r = s
+        .reserve_ask("k", "late", &Ask::money_now(0, 100), 60)
+        .await
+        .unwrap()
+        .unwrap();
     let held = s.writer.busy();
     s.settle(&r, 50).await.unwrap();
     s.ledger.forget("k");
@@ -176,7 +185,11 @@ async fn closing_applies_the_journal_and_gives_the_directory_up() {
     s.close().await.unwrap();
     assert_eq!(used_on_disk(dir.path()), (300, 3));
     // Still works, committing directly.
-    let r = s.reserve("k", "after", 0, 100, 60).await.unwrap().unwrap();
+    let r = s
+        .reserve_ask("k", "after", &Ask::money_now(0, 100), 60)
+        .await
+        .unwrap()
+        .unwrap();
     s.settle(&r, 10).await.unwrap();
     assert_eq!(used_on_disk(dir.path()).0, 310);
     // The next server takes the directory while this one is still open.

@@ -406,7 +406,9 @@ async fn an_ask_naming_another_group_than_the_key_s_is_stale() {
         );
     }
     assert_eq!(
-        s.reserve("k", "r", 0, 1, 60).await.unwrap(),
+        s.reserve_ask("k", "r", &Ask::money_now(0, 1), 60)
+            .await
+            .unwrap(),
         Err(ReserveDenied::Stale),
         "money-only reserves are for keys in no group"
     );

@@ -567,5 +567,6 @@ pub fn recent_usage(conn: &Connection, key_id: &str, limit: usize) -> StoreResul
 }
 
 pub fn json_list(v: &[String]) -> String {
+    // A list of strings always serializes: the fallback is never taken.
     serde_json::to_string(v).unwrap_or_else(|_| "[]".into())
 }

@@ -32,7 +32,7 @@ async fn request_reservations_stay_in_memory_and_task_reservations_on_disk() {
     let s = EmbeddedStore::open(dir.path()).unwrap();
     s.create_key(&key("k", 1_000)).await.unwrap();
     let r = s
-        .reserve("k", "req-1", 100, 600, 60)
+        .reserve_ask("k", "req-1", &Ask::money_now(100, 600), 60)
         .await
         .unwrap()
         .unwrap();
@@ -43,16 +43,22 @@ async fn request_reservations_stay_in_memory_and_task_reservations_on_disk() {
         "a request's reservation is not written"
     );
     let t = s
-        .reserve("k", "task_1", 300, 300, 60)
+        .reserve_ask("k", "task_1", &Ask::money_now(300, 300), 60)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(rows(dir.path()), 1, "a task's reservation is");
     // Both count against the cap: 1000 - 600 - 300 = 100 left.
-    let last = s.reserve("k", "req-2", 1, 500, 60).await.unwrap().unwrap();
+    let last = s
+        .reserve_ask("k", "req-2", &Ask::money_now(1, 500), 60)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(last.amount, 100);
     assert_eq!(
-        s.reserve("k", "req-3", 1, 1, 60).await.unwrap(),
+        s.reserve_ask("k", "req-3", &Ask::money_now(1, 1), 60)
+            .await
+            .unwrap(),
         Err(ReserveDenied::QuotaExhausted)
     );
     s.settle(&r, 250).await.unwrap();
@@ -61,7 +67,7 @@ async fn request_reservations_stay_in_memory_and_task_reservations_on_disk() {
     assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 250);
     // 1000 - 250 used - 100 still held by req-2.
     let probe = s
-        .reserve("k", "req-4", 0, 1_000, 60)
+        .reserve_ask("k", "req-4", &Ask::money_now(0, 1_000), 60)
         .await
         .unwrap()
         .unwrap();
@@ -69,7 +75,7 @@ async fn request_reservations_stay_in_memory_and_task_reservations_on_disk() {
     // Expired reservations are released: 60 s on, req-2 and req-4 are gone.
     s.advance_clock(60);
     let later = s
-        .reserve("k", "req-5", 0, 1_000, 60)
+        .reserve_ask("k", "req-5", &Ask::money_now(0, 1_000), 60)
         .await
         .unwrap()
         .unwrap();
@@ -81,9 +87,17 @@ async fn settle_releases_the_held_amount_and_charges_the_actual() {
     let dir = tempfile::tempdir().unwrap();
     let s = EmbeddedStore::open(dir.path()).unwrap();
     s.create_key(&key("k", 1_000)).await.unwrap();
-    let r = s.reserve("k", "req-1", 0, 400, 60).await.unwrap().unwrap();
+    let r = s
+        .reserve_ask("k", "req-1", &Ask::money_now(0, 400), 60)
+        .await
+        .unwrap()
+        .unwrap();
     s.settle(&r, 100).await.unwrap();
-    let probe = s.reserve("k", "p", 0, 1_000, 60).await.unwrap().unwrap();
+    let probe = s
+        .reserve_ask("k", "p", &Ask::money_now(0, 1_000), 60)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(probe.amount, 900, "400 released, 100 charged");
 }
 
@@ -92,8 +106,16 @@ async fn an_id_holds_once_and_settles_once() {
     let dir = tempfile::tempdir().unwrap();
     let s = EmbeddedStore::open(dir.path()).unwrap();
     s.create_key(&key("k", 1_000)).await.unwrap();
-    let r = s.reserve("k", "req-1", 0, 400, 60).await.unwrap().unwrap();
-    let again = s.reserve("k", "req-1", 0, 900, 60).await.unwrap().unwrap();
+    let r = s
+        .reserve_ask("k", "req-1", &Ask::money_now(0, 400), 60)
+        .await
+        .unwrap()
+        .unwrap();
+    let again = s
+        .reserve_ask("k", "req-1", &Ask::money_now(0, 900), 60)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         again, r,
         "a held id answers its grant again, holding nothing more"
@@ -102,7 +124,9 @@ async fn an_id_holds_once_and_settles_once() {
     s.settle(&r, 100).await.unwrap();
     assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 100);
     assert_eq!(
-        s.reserve("k", "req-1", 0, 400, 60).await.unwrap(),
+        s.reserve_ask("k", "req-1", &Ask::money_now(0, 400), 60)
+            .await
+            .unwrap(),
         Err(ReserveDenied::Released)
     );
     let tombstones = |dir: &Path| -> i64 {
@@ -113,7 +137,11 @@ async fn an_id_holds_once_and_settles_once() {
     // A request's id is settled once in memory: it leaves no row.
     assert_eq!(tombstones(dir.path()), 0);
     // A task's id leaves one, and a second settle of it charges nothing.
-    let task = s.reserve("k", "task_1", 0, 300, 60).await.unwrap().unwrap();
+    let task = s
+        .reserve_ask("k", "task_1", &Ask::money_now(0, 300), 60)
+        .await
+        .unwrap()
+        .unwrap();
     s.settle(&task, 200).await.unwrap();
     s.settle(&task, 200).await.unwrap();
     assert_eq!(s.get_key("k").await.unwrap().unwrap().quota_used, 300);
@@ -122,7 +150,11 @@ async fn an_id_holds_once_and_settles_once() {
     s.advance_clock(SETTLED_KEEP_SECS + 1);
     for n in 0..PRUNE_EVERY {
         let id = format!("later-{n}");
-        let r = s.reserve("k", &id, 0, 1, 60).await.unwrap().unwrap();
+        let r = s
+            .reserve_ask("k", &id, &Ask::money_now(0, 1), 60)
+            .await
+            .unwrap()
+            .unwrap();
         s.settle(&r, 0).await.unwrap();
     }
     assert_eq!(tombstones(dir.path()), 0);
@@ -133,16 +165,28 @@ async fn extend_pushes_a_live_hold_and_revives_none() {
     let dir = tempfile::tempdir().unwrap();
     let s = EmbeddedStore::open(dir.path()).unwrap();
     s.create_key(&key("k", 1_000)).await.unwrap();
-    let held = s.reserve("k", "req-1", 0, 300, 10).await.unwrap().unwrap();
-    let task = s.reserve("k", "task_1", 0, 300, 10).await.unwrap().unwrap();
-    let lapsed = s.reserve("k", "req-2", 0, 300, 10).await.unwrap().unwrap();
+    let held = s
+        .reserve_ask("k", "req-1", &Ask::money_now(0, 300), 10)
+        .await
+        .unwrap()
+        .unwrap();
+    let task = s
+        .reserve_ask("k", "task_1", &Ask::money_now(0, 300), 10)
+        .await
+        .unwrap()
+        .unwrap();
+    let lapsed = s
+        .reserve_ask("k", "req-2", &Ask::money_now(0, 300), 10)
+        .await
+        .unwrap()
+        .unwrap();
     s.advance_clock(8);
     s.extend(&held, 10).await.unwrap();
     s.extend(&task, 10).await.unwrap();
     s.advance_clock(8); // 16 s in: req-2 expired, the two extended ones hold until 18
     s.extend(&lapsed, 10).await.unwrap();
     let probe = s
-        .reserve("k", "probe-1", 0, 1_000, 10)
+        .reserve_ask("k", "probe-1", &Ask::money_now(0, 1_000), 10)
         .await
         .unwrap()
         .unwrap();
@@ -153,7 +197,7 @@ async fn extend_pushes_a_live_hold_and_revives_none() {
     s.settle(&probe, 0).await.unwrap();
     s.advance_clock(3);
     let probe = s
-        .reserve("k", "probe-2", 0, 1_000, 10)
+        .reserve_ask("k", "probe-2", &Ask::money_now(0, 1_000), 10)
         .await
         .unwrap()
         .unwrap();
@@ -180,12 +224,16 @@ async fn key_lookups_and_reserves_never_reach_the_writer() {
     );
     // The first reserve of a key loads its account on the writer, once; the others and
     // their extends are decided in memory.
-    let first = s.reserve("k", "req-0", 0, 10, 60).await.unwrap().unwrap();
+    let first = s
+        .reserve_ask("k", "req-0", &Ask::money_now(0, 10), 60)
+        .await
+        .unwrap()
+        .unwrap();
     let loaded = s.writer_counts().0;
     assert_eq!(loaded, jobs + 1);
     for n in 1..20 {
         let r = s
-            .reserve("k", &format!("req-{n}"), 0, 10, 60)
+            .reserve_ask("k", &format!("req-{n}"), &Ask::money_now(0, 10), 60)
             .await
             .unwrap()
             .unwrap();
@@ -210,7 +258,7 @@ async fn concurrent_settles_share_commits() {
     let mut held = Vec::new();
     for n in 0..64 {
         held.push(
-            s.reserve("k", &format!("req-{n}"), 0, 10, 60)
+            s.reserve_ask("k", &format!("req-{n}"), &Ask::money_now(0, 10), 60)
                 .await
                 .unwrap()
                 .unwrap(),
@@ -294,7 +342,11 @@ async fn another_process_s_changes_reach_the_reserves() {
     let dir = tempfile::tempdir().unwrap();
     let s = EmbeddedStore::open(dir.path()).unwrap();
     s.create_key(&key("k", 1_000)).await.unwrap();
-    let r = s.reserve("k", "req-1", 0, 100, 60).await.unwrap().unwrap();
+    let r = s
+        .reserve_ask("k", "req-1", &Ask::money_now(0, 100), 60)
+        .await
+        .unwrap()
+        .unwrap();
     s.settle(&r, 100).await.unwrap();
     let other = Connection::open(dir.path().join("gateway.db")).unwrap();
     other
@@ -303,7 +355,12 @@ async fn another_process_s_changes_reach_the_reserves() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let probe = s
-            .reserve("k", &crate::ids::request_id(), 0, 1_000, 60)
+            .reserve_ask(
+                "k",
+                &crate::ids::request_id(),
+                &Ask::money_now(0, 1_000),
+                60,
+            )
             .await
             .unwrap()
             .unwrap();
@@ -323,7 +380,7 @@ async fn another_process_s_changes_reach_the_reserves() {
         .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while s
-        .reserve("k", &crate::ids::request_id(), 0, 1, 60)
+        .reserve_ask("k", &crate::ids::request_id(), &Ask::money_now(0, 1), 60)
         .await
         .unwrap()
         != Err(ReserveDenied::Disabled)

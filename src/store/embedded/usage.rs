@@ -200,8 +200,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn filters_lookup_and_spend_read_what_was_written() {
+    /// A store with keys k1 and k2 and three records: r1 (k1, m1, t 1 000, 200), r2 (k1,
+    /// m2, t 2 000, 500), r3 (k2, m1, t 3 000, 200).
+    async fn three_records() -> (tempfile::TempDir, EmbeddedStore) {
         let dir = tempfile::tempdir().unwrap();
         let s = EmbeddedStore::open(dir.path()).unwrap();
         for id in ["k1", "k2"] {
@@ -231,6 +232,12 @@ mod tests {
         ] {
             s.append_usage(&r).await.unwrap();
         }
+        (dir, s)
+    }
+
+    #[tokio::test]
+    async fn filters_lookup_and_spend_read_what_was_written() {
+        let (_dir, s) = three_records().await;
         let q = s.usage_query().unwrap();
         let all = q.find_usage(&UsageFilter::default(), 10).await.unwrap();
         let ids: Vec<_> = all.iter().map(|r| r.request_id.as_str()).collect();

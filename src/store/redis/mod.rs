@@ -190,6 +190,65 @@ impl RedisStore {
             .ok_or_else(|| StoreError::internal(format!("bad refusal {detail}")))
     }
 
+    /// The reserve served from this instance's lease of the key, growing the lease once
+    /// when it is short; `None` when a script must answer.
+    async fn reserve_from_lease(
+        &self,
+        key_id: &str,
+        rid: &str,
+        max: Micros,
+        ttl_secs: u64,
+    ) -> Option<Result<Reservation, ReserveDenied>> {
+        match self.leases.try_reserve(key_id, rid, max, ttl_secs) {
+            Err(d) => Some(Err(d)),
+            Ok(Local::Granted(r)) => Some(Ok(r)),
+            Ok(Local::TopUp) => {
+                let grown = self
+                    .leases
+                    .sync(&self.conn, &self.scripts, key_id, max)
+                    .await;
+                if grown.is_err() {
+                    return None;
+                }
+                match self.leases.try_reserve(key_id, rid, max, ttl_secs) {
+                    Ok(Local::Granted(r)) => Some(Ok(r)),
+                    _ => None,
+                }
+            }
+            Ok(Local::Script) => None,
+        }
+    }
+
+    /// On a Cluster the group's slot is another than the key's: the group's half of a hold
+    /// is taken first, and the key is then asked for no more than the group granted
+    /// (`Ok`). A refusal is named as one script would name it: the key's, if its limit
+    /// comes first.
+    async fn hold_group_half(
+        &self,
+        rid: &str,
+        ask: &Ask,
+        group_part: scopes::Part,
+        key_part: impl Fn() -> scopes::Part,
+        ttl_secs: u64,
+    ) -> StoreResult<Result<Micros, ReserveDenied>> {
+        let answer = self
+            .reserve_script(rid, ask, ask.max, false, &[group_part], ttl_secs)
+            .await?;
+        match answer {
+            Answer::Granted(amount, _) => Ok(Ok(amount)),
+            Answer::Denied(dg) => {
+                let dry = self
+                    .reserve_script(rid, ask, ask.max, true, &[key_part()], ttl_secs)
+                    .await?;
+                match dry {
+                    Answer::Denied(dk) if scopes::rank(&dk) < scopes::rank(&dg) => Ok(Err(dk)),
+                    _ => Ok(Err(dg)),
+                }
+            }
+            Answer::Leased => Ok(Err(ReserveDenied::Limit(Limit::group(LimitKind::Quota)))),
+        }
+    }
+
     /// Takes the group's half of a hold back (its key refused, on a Cluster).
     async fn release_group(&self, group_id: &str, rid: &str) -> StoreResult<()> {
         let tag = scopes::group_tag(group_id);
@@ -451,77 +510,37 @@ impl Store for RedisStore {
         ask: &Ask,
         ttl_secs: u64,
     ) -> StoreResult<Result<Reservation, ReserveDenied>> {
-        let max = ask.max;
-        let granted = |amount: Micros| Reservation {
-            id: reservation_id.to_string(),
-            key_id: key_id.to_string(),
-            amount,
-        };
         // A key in a group is never leased; a key with limits is refused a lease by Redis
         // (gw_lease_v2), so its instance's lease path answers `Script`.
         if !durable(reservation_id) && ask.group.is_none() {
-            match self
-                .leases
-                .try_reserve(key_id, reservation_id, max, ttl_secs)
-            {
-                Err(d) => return Ok(Err(d)),
-                Ok(Local::Granted(r)) => return Ok(Ok(r)),
-                Ok(Local::TopUp) => {
-                    let grown = self
-                        .leases
-                        .sync(&self.conn, &self.scripts, key_id, max)
-                        .await;
-                    if grown.is_ok() {
-                        if let Ok(Local::Granted(r)) =
-                            self.leases
-                                .try_reserve(key_id, reservation_id, max, ttl_secs)
-                        {
-                            return Ok(Ok(r));
-                        }
-                    }
-                }
-                Ok(Local::Script) => {}
+            let leased = self
+                .reserve_from_lease(key_id, reservation_id, ask.max, ttl_secs)
+                .await;
+            if let Some(answer) = leased {
+                return Ok(answer);
             }
         }
         let minute = ask.minute();
         let expect = ask.group.as_ref().map_or("", |g| g.id.as_str());
         let key_part = || scopes::Part::key(key_id, expect, &ask.periods, minute);
-        let group_part = |g: &super::GroupAsk| scopes::Part::group(&g.id, &g.periods, minute);
-        // On a Cluster the group's slot is another: its half is held first, and the key is
-        // asked for no more than the group granted.
         let mut parts = vec![key_part()];
         let mut held_group = None;
-        let mut max = max;
+        let mut max = ask.max;
         if let Some(g) = &ask.group {
+            let group_part = scopes::Part::group(&g.id, &g.periods, minute);
             if self.cluster() {
-                let gp = [group_part(g)];
-                match self
-                    .reserve_script(reservation_id, ask, max, false, &gp, ttl_secs)
-                    .await?
-                {
-                    Answer::Granted(amount, _) => {
+                let held = self
+                    .hold_group_half(reservation_id, ask, group_part, key_part, ttl_secs)
+                    .await?;
+                match held {
+                    Ok(amount) => {
                         max = amount;
                         held_group = Some(g.id.as_str());
                     }
-                    Answer::Denied(dg) => {
-                        // Named as one script would: the key's refusal if it comes first.
-                        let kp = [key_part()];
-                        if let Answer::Denied(dk) = self
-                            .reserve_script(reservation_id, ask, ask.max, true, &kp, ttl_secs)
-                            .await?
-                        {
-                            if scopes::rank(&dk) < scopes::rank(&dg) {
-                                return Ok(Err(dk));
-                            }
-                        }
-                        return Ok(Err(dg));
-                    }
-                    Answer::Leased => {
-                        return Ok(Err(ReserveDenied::Limit(Limit::group(LimitKind::Quota))))
-                    }
+                    Err(denied) => return Ok(Err(denied)),
                 }
             } else {
-                parts.push(group_part(g));
+                parts.push(group_part);
             }
         }
         let answer = self
@@ -533,7 +552,13 @@ impl Store for RedisStore {
                 self.release_group(g, reservation_id).await?;
             }
         }
-        answer.map(|a| a.map(granted))
+        answer.map(|a| {
+            a.map(|amount| Reservation {
+                id: reservation_id.to_string(),
+                key_id: key_id.to_string(),
+                amount,
+            })
+        })
     }
 
     async fn extend(&self, r: &Reservation, ttl_secs: u64) -> StoreResult<()> {

@@ -11,6 +11,7 @@ fn opt_str<T: ToString>(v: Option<T>) -> String {
 }
 
 fn list_json(v: &[String]) -> String {
+    // A list of strings always serializes: the fallback is never taken.
     serde_json::to_string(v).unwrap_or_else(|_| "[]".into())
 }
 
