@@ -9,6 +9,7 @@ pub mod chat;
 mod cost;
 pub mod gemini;
 pub mod ir;
+mod lenient;
 pub mod limit;
 pub mod messages;
 pub mod responses;

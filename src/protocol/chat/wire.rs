@@ -1,9 +1,14 @@
 //! The members of a chat request the gateway reads or changes, typed: the model, the
 //! output limit (two members), the number of choices. Everything else rides in `rest`.
+//! The answer's views are in [`answer`] (choices, tool calls, stream chunks, errors)
+//! and [`usage`].
 //!
 //! The rules live once, over a lookup of a member's count, so the typed view and the
 //! relay's shallow read of a chat body ([`super::super::shallow::Shallow`]) apply the
 //! same one.
+
+pub mod answer;
+pub mod usage;
 
 use super::super::limit::{self, Limit};
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,9 @@
 //! The members of a messages request the gateway reads or changes, typed: the model and the
-//! output limit (`max_tokens`). Everything else rides in `rest`.
+//! output limit (`max_tokens`). Everything else rides in `rest`. The answer's views are in
+//! [`answer`] (content blocks, stream events, errors) and [`usage`].
+
+pub mod answer;
+pub mod usage;
 
 use super::super::limit::{self, Limit};
 use serde::{Deserialize, Serialize};

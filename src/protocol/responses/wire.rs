@@ -1,5 +1,8 @@
 //! The members of a responses request the gateway reads or changes, typed: the model and the
-//! output limit (`max_output_tokens`). Everything else rides in `rest`.
+//! output limit (`max_output_tokens`). Everything else rides in `rest`. The answer's views
+//! (usage, stream events) are in [`answer`].
+
+pub mod answer;
 
 use super::super::limit::{self, Limit};
 use serde::{Deserialize, Serialize};
