@@ -390,8 +390,7 @@ pub fn translate_request(
             Protocol::Responses => responses::passthrough_request(body, opts),
         });
     }
-    let client_wants_usage =
-        client == Protocol::Chat && body["stream_options"]["include_usage"].as_bool() == Some(true);
+    let client_wants_usage = client == Protocol::Chat && chat::wire::wants_usage(&body);
     let req = match client {
         Protocol::Chat => chat::to_ir(body)?,
         Protocol::Messages => messages::to_ir(body)?,

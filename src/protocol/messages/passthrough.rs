@@ -87,33 +87,11 @@ impl Stream {
                     continue;
                 }
             };
-            // The members the gateway reads, typed (the event itself stays a tree: its
-            // model is rewritten and the rest goes out as it came).
-            let read = parsed.as_ref().map(StreamEvent::deserialize).transpose();
-            let read = read.ok().flatten();
-            let kind = read
-                .as_ref()
-                .and_then(|e| e.kind.as_str())
-                .map(str::to_string);
-            // Usage counts for the bill even after the client's stream ended.
-            if let Some(e) = &read {
-                let usage = match kind.as_deref() {
-                    Some("message_start") => e.message.object().map(|m| &m.usage),
-                    Some("message_delta") => Some(&e.usage),
-                    _ => None,
-                };
-                if let Some(u) = usage.and_then(Member::object) {
-                    self.usage.merge(u);
-                }
-            }
-            let delivered = read.as_ref().map_or(0, content_bytes);
-            let etype = read
-                .as_ref()
-                .and_then(|e| e.error.object())
-                .and_then(|e| e.kind.as_str())
-                .unwrap_or("api_error")
-                .to_string();
-            drop(read);
+            let Read {
+                kind,
+                delivered,
+                error_type,
+            } = self.read(parsed.as_ref());
             if self.failed {
                 continue;
             }
@@ -141,12 +119,38 @@ impl Stream {
                         "The upstream provider reported an error mid-stream. (request id: {})",
                         self.ctx.request_id
                     );
-                    let body = serde_json::json!({"type": "error", "error": {"type": etype, "message": message}});
+                    let body = serde_json::json!({"type": "error", "error": {"type": error_type, "message": message}});
                     data = Some(body.to_string());
                 }
                 _ => {}
             }
             sse::write_event(out, name.as_deref(), data.as_deref().unwrap_or(&ev.data));
+        }
+    }
+
+    /// Reads the members of an event the gateway acts on through its typed view, and
+    /// adds the usage it states to the bill (even after the client's stream ended).
+    fn read(&mut self, parsed: Option<&Value>) -> Read {
+        let e = parsed
+            .map(StreamEvent::deserialize)
+            .transpose()
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let kind = e.kind.as_str().map(str::to_string);
+        let usage = match kind.as_deref() {
+            Some("message_start") => e.message.object().map(|m| &m.usage),
+            Some("message_delta") => Some(&e.usage),
+            _ => None,
+        };
+        if let Some(u) = usage.and_then(Member::object) {
+            self.usage.merge(u);
+        }
+        let error_type = e.error.object().and_then(|x| x.kind.as_str());
+        Read {
+            delivered: content_bytes(&e),
+            error_type: error_type.unwrap_or("api_error").to_string(),
+            kind,
         }
     }
 
@@ -159,6 +163,16 @@ impl Stream {
         let usage = cost::add_raw(top.get("usage")?, &cost)?;
         String::from_utf8(top.write(&[("usage", &usage)], 0)).ok()
     }
+}
+
+/// What the gateway reads of one event.
+struct Read {
+    /// The data's `type` (the SDKs dispatch on it).
+    kind: Option<String>,
+    /// The generated text a block's start or delta carries.
+    delivered: u64,
+    /// An `error` event's type, which the SDKs map to retry behaviour.
+    error_type: String,
 }
 
 /// The generated text a block's start or delta carries: text, thinking, tool input.

@@ -49,3 +49,30 @@ impl CompletionUsage {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every detail the gateway prices is read: cache reads, audio in and out, reasoning.
+    #[test]
+    fn reads_every_priced_detail() {
+        let text = r#"{"prompt_tokens":120,"completion_tokens":60,"total_tokens":180,
+            "prompt_tokens_details":{"cached_tokens":40,"audio_tokens":30},
+            "completion_tokens_details":{"reasoning_tokens":25,"audio_tokens":15,
+            "accepted_prediction_tokens":1,"rejected_prediction_tokens":2}}"#;
+        let u: CompletionUsage = serde_json::from_str(text).unwrap();
+        let want = Usage {
+            input_tokens: 120,
+            output_tokens: 60,
+            cached_input_tokens: 40,
+            audio_input_tokens: 30,
+            reasoning_tokens: 25,
+            audio_output_tokens: 15,
+            ..Usage::default()
+        };
+        assert_eq!(u.to_usage(), want);
+        let parsed: serde_json::Value = serde_json::from_str(text).unwrap();
+        assert_eq!(super::super::super::usage_of(&parsed), want);
+    }
+}

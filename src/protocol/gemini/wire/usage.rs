@@ -70,3 +70,40 @@ impl UsageMetadata<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every detail the gateway prices is read: cached content, thoughts, the tool
+    /// prompt, and the audio and image shares of input (less what was cached) and output.
+    #[test]
+    fn reads_every_priced_detail() {
+        let text = r#"{"promptTokenCount":1000,"candidatesTokenCount":300,
+            "thoughtsTokenCount":50,"toolUsePromptTokenCount":20,"cachedContentTokenCount":400,
+            "totalTokenCount":1370,
+            "promptTokensDetails":[{"modality":"TEXT","tokenCount":500},{"modality":"AUDIO","tokenCount":300},{"modality":"IMAGE","tokenCount":200}],
+            "cacheTokensDetails":[{"modality":"AUDIO","tokenCount":100},{"modality":"IMAGE","tokenCount":50}],
+            "toolUsePromptTokensDetails":[{"modality":"AUDIO","tokenCount":5}],
+            "candidatesTokensDetails":[{"modality":"TEXT","tokenCount":200},{"modality":"AUDIO","tokenCount":60},{"modality":"IMAGE","tokenCount":40}]}"#;
+        let m: UsageMetadata<'_> = serde_json::from_str(text).unwrap();
+        // Modality names without escapes are borrowed from the answer.
+        let first = &m.prompt_tokens_details.items()[0];
+        assert!(matches!(
+            first.modality.0,
+            Some(std::borrow::Cow::Borrowed("TEXT"))
+        ));
+        let want = Usage {
+            input_tokens: 1020,
+            output_tokens: 350,
+            cached_input_tokens: 400,
+            reasoning_tokens: 50,
+            audio_input_tokens: 300 - 100 + 5,
+            image_input_tokens: 200 - 50,
+            audio_output_tokens: 60,
+            image_output_tokens: 40,
+            ..Usage::default()
+        };
+        assert_eq!(m.to_usage(), want);
+    }
+}

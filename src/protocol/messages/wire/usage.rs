@@ -32,3 +32,43 @@ view! {
         web_search_requests: Count = "web_search_requests",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::messages::WireUsage;
+    use crate::protocol::Usage;
+
+    /// Every detail the gateway prices is read: cache reads, cache writes with their
+    /// 5-minute and 1-hour shares, web searches.
+    #[test]
+    fn reads_every_priced_detail() {
+        let text = r#"{"input_tokens":10,"cache_read_input_tokens":200,
+            "cache_creation_input_tokens":70,
+            "cache_creation":{"ephemeral_5m_input_tokens":30,"ephemeral_1h_input_tokens":40},
+            "output_tokens":55,"server_tool_use":{"web_search_requests":3},
+            "service_tier":"standard"}"#;
+        let u: MessageUsage = serde_json::from_str(text).unwrap();
+        assert_eq!(u.input_tokens, Count(Some(10)));
+        assert_eq!(u.cache_read_input_tokens, Count(Some(200)));
+        assert_eq!(u.cache_creation_input_tokens, Count(Some(70)));
+        assert_eq!(u.output_tokens, Count(Some(55)));
+        let c = u.cache_creation.object().unwrap();
+        assert_eq!(
+            (c.ephemeral_5m_input_tokens, c.ephemeral_1h_input_tokens),
+            (Count(Some(30)), Count(Some(40)))
+        );
+        let s = u.server_tool_use.object().unwrap();
+        assert_eq!(s.web_search_requests, Count(Some(3)));
+        let want = Usage {
+            input_tokens: 280,
+            output_tokens: 55,
+            cached_input_tokens: 200,
+            cache_creation_input_tokens: 70,
+            cache_write_1h_tokens: 40,
+            web_search_requests: 3,
+            ..Usage::default()
+        };
+        assert_eq!(WireUsage::of(&Member::Object(u)).to_usage(), want);
+    }
+}

@@ -99,3 +99,46 @@ view! {
         message: Text<'a> = "message",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every detail the gateway prices is read, under the Responses names (cache reads
+    /// and writes, reasoning) and under the chat-style names (cache reads, audio in and
+    /// out, reasoning) when those are all an upstream sent.
+    #[test]
+    fn reads_every_priced_detail() {
+        let text = r#"{"input_tokens":500,"output_tokens":90,"total_tokens":590,
+            "input_tokens_details":{"cached_tokens":100,"cache_write_tokens":300},
+            "output_tokens_details":{"reasoning_tokens":40}}"#;
+        let u: ResponseUsage = serde_json::from_str(text).unwrap();
+        let want = Usage {
+            input_tokens: 500,
+            output_tokens: 90,
+            cached_input_tokens: 100,
+            cache_creation_input_tokens: 300,
+            reasoning_tokens: 40,
+            ..Usage::default()
+        };
+        assert_eq!(u.to_usage(), want);
+        let chat_style = r#"{"prompt_tokens":70,"completion_tokens":30,
+            "prompt_tokens_details":{"cached_tokens":20,"audio_tokens":10},
+            "completion_tokens_details":{"reasoning_tokens":5,"audio_tokens":8}}"#;
+        let u: ResponseUsage = serde_json::from_str(chat_style).unwrap();
+        let want = Usage {
+            input_tokens: 70,
+            output_tokens: 30,
+            cached_input_tokens: 20,
+            audio_input_tokens: 10,
+            reasoning_tokens: 5,
+            audio_output_tokens: 8,
+            ..Usage::default()
+        };
+        assert_eq!(u.to_usage(), want);
+        // A Responses total, even one that is not a count, means the Responses names.
+        let u: ResponseUsage =
+            serde_json::from_str(r#"{"input_tokens":null,"prompt_tokens":70}"#).unwrap();
+        assert_eq!(u.to_usage(), Usage::default());
+    }
+}
