@@ -19,6 +19,23 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
+    /// The figures as lookups in the parsed tree give them: what the gateway read before
+    /// the typed view, kept as the reference the view is held to.
+    fn looked_up(u: &Value) -> Usage {
+        let n = |v: &Value| v.as_u64().unwrap_or(0);
+        let prompt = &u["prompt_tokens_details"];
+        let completion = &u["completion_tokens_details"];
+        Usage {
+            input_tokens: n(&u["prompt_tokens"]),
+            output_tokens: n(&u["completion_tokens"]),
+            cached_input_tokens: n(&prompt["cached_tokens"]),
+            audio_input_tokens: n(&prompt["audio_tokens"]),
+            reasoning_tokens: n(&completion["reasoning_tokens"]),
+            audio_output_tokens: n(&completion["audio_tokens"]),
+            ..Usage::default()
+        }
+    }
+
     /// Every shape of `usage` reads as the parsed value reads: numbers of every kind,
     /// members missing, repeated, escaped or of another type, details of every type,
     /// and what is not an object at all.
@@ -45,6 +62,7 @@ mod tests {
             let raw: Box<RawValue> = serde_json::from_str(case).unwrap();
             let parsed: Value = serde_json::from_str(case).unwrap();
             assert_eq!(usage_raw(&raw), super::super::usage_of(&parsed), "{case}");
+            assert_eq!(usage_raw(&raw), looked_up(&parsed), "{case}");
         }
         let raw: Box<RawValue> = serde_json::from_str(cases[8]).unwrap();
         let u = usage_raw(&raw);
