@@ -2,8 +2,11 @@
 //! (`chat::wire`, `messages::wire`, `gemini::wire`, `responses::wire`), and the edit of a
 //! parsed body through one of them.
 
+use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::fmt;
 
 /// An output limit (or a count) as the client wrote it: a token count, or anything else
 /// (`null`, which validation lets through), kept as it came so a round trip changes
@@ -53,6 +56,38 @@ pub fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
     d: D,
 ) -> Result<Option<T>, D::Error> {
     T::deserialize(d).map(Some)
+}
+
+/// A string member (the model) borrowed from the body's text when it has no escapes:
+/// serde's own `Cow` reading always copies. `null` reads as absent, as `Option`'s own
+/// impl reads it. Use with `#[serde(borrow, default)]`.
+pub fn borrowed<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'a, str>>, D::Error> {
+    struct V<'a>(std::marker::PhantomData<&'a ()>);
+    impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+        type Value = Option<Cow<'a, str>>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Borrowed(s)))
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(s.to_string())))
+        }
+        fn visit_string<E: de::Error>(self, s: String) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(s)))
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    d.deserialize_option(V(std::marker::PhantomData))
 }
 
 /// Lowers (never raises) a limit to `cap`; a member that is absent or not a count gets
@@ -116,7 +151,39 @@ fn reorder(body: &mut Value, order: &KeyOrder) {
 
 #[cfg(test)]
 pub mod testing {
+    use crate::protocol::{parse_request, set_output_limit, Protocol};
+    use serde_json::value::RawValue;
     use serde_json::Value;
+    use std::collections::BTreeMap;
+
+    /// Every top-level member of the JSON text `before` but those in `changed` is in
+    /// `after` with the same raw text, byte for byte; `after` has no member `before`
+    /// lacks outside `changed`.
+    pub fn same_text_except(before: &str, after: &str, changed: &[&str]) {
+        let b: BTreeMap<String, &RawValue> = serde_json::from_str(before).unwrap();
+        let a: BTreeMap<String, &RawValue> = serde_json::from_str(after).unwrap();
+        for (k, v) in &b {
+            if changed.contains(&k.as_str()) {
+                continue;
+            }
+            let out = a.get(k).unwrap_or_else(|| panic!("{k} lost"));
+            assert_eq!(out.get(), v.get(), "{k} changed");
+        }
+        for k in a.keys() {
+            assert!(
+                b.contains_key(k) || changed.contains(&k.as_str()),
+                "{k} appeared"
+            );
+        }
+    }
+
+    /// The relay's path for a request text: parsed and validated, its output limit
+    /// lowered to `cap` through the protocol's typed view, and written again.
+    pub fn relayed(p: Protocol, text: &str, cap: u64, chat_field: &str) -> String {
+        let mut v = parse_request(p, text.as_bytes()).unwrap();
+        set_output_limit(p, &mut v, cap, chat_field).unwrap();
+        serde_json::to_string(&v).unwrap()
+    }
 
     /// Every member of `before` but those in `changed` is in `after` with the same
     /// value, written the same way, and `after` has no member `before` lacks outside

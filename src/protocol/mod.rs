@@ -10,6 +10,7 @@ pub mod converse;
 mod cost;
 pub mod gemini;
 pub mod ir;
+mod lenient;
 pub mod limit;
 pub mod messages;
 pub mod responses;
@@ -412,8 +413,7 @@ pub fn translate_request(
     } else {
         converse::CacheMarks::default()
     };
-    let client_wants_usage =
-        client == Protocol::Chat && body["stream_options"]["include_usage"].as_bool() == Some(true);
+    let client_wants_usage = client == Protocol::Chat && chat::wire::wants_usage(&body);
     let req = match client {
         Protocol::Chat => chat::to_ir(body)?,
         Protocol::Messages => messages::to_ir(body)?,

@@ -6,12 +6,13 @@
 //! name is known, its earlier argument text is held until then, and usage is reported
 //! only when it changes.
 
-use super::response::{parse_finish, reasoning_text, synth_call_id};
-use super::usage_of;
+use super::response::{parse_finish, synth_call_id};
+use super::wire::answer::{reasoning, Chunk, ChunkChoice, Content, ToolCallDelta};
 use crate::protocol::ir::{decode_json, Event, StreamBroken, StreamDecoder};
 use crate::protocol::sse::{self, Fault};
 use crate::protocol::Usage;
-use serde_json::{json, Value};
+use serde::Deserialize;
+use serde_json::Value;
 
 pub fn decoder() -> Box<dyn StreamDecoder> {
     Box::new(Decoder::default())
@@ -23,7 +24,7 @@ struct Decoder {
     pending: Vec<sse::Event>,
     calls: Vec<Call>,
     /// The answer's `id` and `created`, the seed of ids for calls that come without one.
-    answer: Option<Value>,
+    answer: Option<(Value, Value)>,
     usage: Option<Usage>,
     done: bool,
     /// The first event that could not be read.
@@ -61,47 +62,23 @@ impl Decoder {
     }
 
     fn chunk(&mut self, v: &Value, events: &mut Vec<Event>) {
-        if v.get("error").is_some_and(|e| !e.is_null()) {
+        let Ok(chunk) = Chunk::deserialize(v) else {
+            return;
+        };
+        if chunk.error.set() {
             events.push(Event::Error);
             return;
         }
         if self.answer.is_none() {
-            self.answer = Some(json!({"id": v["id"], "created": v["created"]}));
+            self.answer = Some((chunk.id, chunk.created));
         }
         // Only the first choice is followed: the client asked for one.
-        let choice = v["choices"]
-            .as_array()
-            .and_then(|cs| cs.iter().find(|c| c["index"].as_u64().unwrap_or(0) == 0));
+        let choice = chunk.choices.items().iter().find(|c| c.index.get() == 0);
         if let Some(choice) = choice {
-            let delta = &choice["delta"];
-            if let Some(r) = reasoning_text(delta).filter(|r| !r.is_empty()) {
-                events.push(Event::Thinking(r.to_string()));
-            }
-            for key in ["content", "refusal"] {
-                if let Some(t) = delta[key].as_str().filter(|t| !t.is_empty()) {
-                    events.push(Event::Text(t.to_string()));
-                }
-            }
-            // Some compatible servers stream text parts instead of a string.
-            if let Some(parts) = delta["content"].as_array() {
-                for p in parts.iter().filter(|p| p["type"] == "text") {
-                    if let Some(t) = p["text"].as_str().filter(|t| !t.is_empty()) {
-                        events.push(Event::Text(t.to_string()));
-                    }
-                }
-            }
-            if let Some(calls) = delta["tool_calls"].as_array() {
-                for c in calls {
-                    self.tool_call_piece(c, events);
-                }
-            }
-            if let Some(reason) = choice["finish_reason"].as_str() {
-                self.open_all(events);
-                events.push(Event::Finish(parse_finish(reason)));
-            }
+            self.choice(choice, events);
         }
-        if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-            let u = usage_of(u);
+        if let Some(u) = chunk.usage.object() {
+            let u = u.to_usage();
             if self.usage != Some(u) {
                 self.usage = Some(u);
                 events.push(Event::Usage(u));
@@ -109,9 +86,43 @@ impl Decoder {
         }
     }
 
-    fn tool_call_piece(&mut self, c: &Value, events: &mut Vec<Event>) {
-        let id = c["id"].as_str().filter(|s| !s.is_empty());
-        let key = match c["index"].as_u64() {
+    fn choice(&mut self, choice: &ChunkChoice<'_>, events: &mut Vec<Event>) {
+        if let Some(delta) = choice.delta.object() {
+            if let Some(r) = reasoning(&delta.reasoning_content, &delta.reasoning) {
+                if !r.is_empty() {
+                    events.push(Event::Thinking(r.to_string()));
+                }
+            }
+            let text = match &delta.content {
+                Content::Text(t) => Some(t.as_ref()),
+                _ => None,
+            };
+            for t in [text, delta.refusal.as_str()].into_iter().flatten() {
+                if !t.is_empty() {
+                    events.push(Event::Text(t.to_string()));
+                }
+            }
+            // Some compatible servers stream text parts instead of a string.
+            if let Content::Parts(parts) = &delta.content {
+                for p in parts.iter().filter(|p| p.kind.as_str() == Some("text")) {
+                    if let Some(t) = p.text.as_str().filter(|t| !t.is_empty()) {
+                        events.push(Event::Text(t.to_string()));
+                    }
+                }
+            }
+            for c in delta.tool_calls.items() {
+                self.tool_call_piece(c, events);
+            }
+        }
+        if let Some(reason) = choice.finish_reason.as_str() {
+            self.open_all(events);
+            events.push(Event::Finish(parse_finish(reason)));
+        }
+    }
+
+    fn tool_call_piece(&mut self, c: &ToolCallDelta<'_>, events: &mut Vec<Event>) {
+        let id = c.id.as_str().filter(|s| !s.is_empty());
+        let key = match c.index.0 {
             Some(k) => k,
             // No index: a new id opens a new call, otherwise the piece continues the last.
             None => match id.and_then(|id| self.calls.iter().find(|k| k.id.as_deref() == Some(id)))
@@ -140,13 +151,19 @@ impl Decoder {
         if call.id.is_none() {
             call.id = id.map(str::to_string);
         }
+        let function = c.function.object();
         // Some servers repeat the whole name on every piece: take it once.
-        if let Some(name) = c["function"]["name"].as_str().filter(|n| !n.is_empty()) {
+        if let Some(name) = function
+            .and_then(|f| f.name.as_str())
+            .filter(|n| !n.is_empty())
+        {
             if call.name.is_empty() {
                 call.name = name.to_string();
             }
         }
-        let args = c["function"]["arguments"].as_str().unwrap_or_default();
+        let args = function
+            .and_then(|f| f.arguments.as_str())
+            .unwrap_or_default();
         if call.started {
             if !args.is_empty() {
                 events.push(Event::ToolCallArgs {
@@ -163,7 +180,10 @@ impl Decoder {
     }
 
     fn open(&mut self, at: usize, events: &mut Vec<Event>) {
-        let answer = self.answer.as_ref().unwrap_or(&Value::Null);
+        let (answer_id, created) = match &self.answer {
+            Some((id, created)) => (id, created),
+            None => (&Value::Null, &Value::Null),
+        };
         let Some(call) = self.calls.get_mut(at) else {
             return;
         };
@@ -173,7 +193,7 @@ impl Decoder {
         call.started = true;
         let id = match &call.id {
             Some(id) => id.clone(),
-            None => synth_call_id(answer, at, &call.name),
+            None => synth_call_id(answer_id, created, at, &call.name),
         };
         events.push(Event::ToolCallStart {
             index: at,

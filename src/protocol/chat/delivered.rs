@@ -235,8 +235,14 @@ lenient!(Delta, "a delta", {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::chat::response::reasoning_text;
     use serde_json::Value;
+
+    /// `reasoning_content`, else `reasoning`, looked up in the tree.
+    fn reasoning_text(d: &Value) -> Option<&str> {
+        d["reasoning_content"]
+            .as_str()
+            .or_else(|| d["reasoning"].as_str())
+    }
 
     /// The same count from a parsed tree: what the stream relay counted before.
     fn from_tree(chunk: &Value) -> u64 {

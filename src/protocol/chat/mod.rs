@@ -238,23 +238,11 @@ pub fn passthrough_request(mut body: Value, opts: &RequestOptions) -> UpstreamRe
     }
 }
 
-/// A chat `usage` object (OpenAI API reference, Chat Completions object, `usage`):
-/// `prompt_tokens_details.{cached_tokens, audio_tokens}` are shares of `prompt_tokens`,
-/// `completion_tokens_details.{reasoning_tokens, audio_tokens}` of `completion_tokens`.
-/// Chat has no cache-write count: writes stay inside `prompt_tokens`.
+/// A chat `usage` object, parsed, read through its typed view
+/// ([`wire::usage::CompletionUsage`], which says what each count is).
 pub fn usage_of(u: &Value) -> Usage {
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
-    let prompt = &u["prompt_tokens_details"];
-    let completion = &u["completion_tokens_details"];
-    Usage {
-        input_tokens: n(&u["prompt_tokens"]),
-        output_tokens: n(&u["completion_tokens"]),
-        cached_input_tokens: n(&prompt["cached_tokens"]),
-        audio_input_tokens: n(&prompt["audio_tokens"]),
-        reasoning_tokens: n(&completion["reasoning_tokens"]),
-        audio_output_tokens: n(&completion["audio_tokens"]),
-        ..Usage::default()
-    }
+    use serde::Deserialize;
+    wire::usage::CompletionUsage::deserialize(u).map_or_else(|_| Usage::default(), |u| u.to_usage())
 }
 
 /// A complete upstream response, shown with the client's model name.

@@ -2,7 +2,8 @@
 //! client's completion. Also the pieces streams share with them (finish reasons, the
 //! usage object, synthesized tool call ids).
 
-use super::usage_of;
+use super::wire::answer::{reasoning, Completion, Content, Function, Message};
+use super::wire::usage::CompletionUsage;
 use crate::protocol::ir::{self, FinishReason, Part};
 use crate::protocol::{ResponseContext, TranslateError, Usage};
 use serde_json::{json, Map, Value};
@@ -56,12 +57,13 @@ pub(super) fn usage_json(u: &Usage) -> Value {
 }
 
 /// A tool call id for an upstream call that came without one: a deterministic function
-/// of the answer's id and creation time, the call's position and its name (so replays
-/// give the same bytes), unique within the answer, and `[a-zA-Z0-9_-]` only.
-pub(super) fn synth_call_id(answer: &Value, index: usize, name: &str) -> String {
+/// of the answer's id and creation time (`id`, `created` as the upstream wrote them), the
+/// call's position and its name (so replays give the same bytes), unique within the
+/// answer, and `[a-zA-Z0-9_-]` only.
+pub(super) fn synth_call_id(id: &Value, created: &Value, index: usize, name: &str) -> String {
     // FNV-1a: tiny, stable across builds and platforms, unlike the std hasher.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let seed = format!("{}\u{0}{}\u{0}{name}", answer["id"], answer["created"]);
+    let seed = format!("{id}\u{0}{created}\u{0}{name}");
     for b in seed.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
@@ -70,15 +72,21 @@ pub(super) fn synth_call_id(answer: &Value, index: usize, name: &str) -> String 
 }
 
 pub fn parse_response(body: &[u8]) -> Result<ir::Response, TranslateError> {
-    let v: Value = serde_json::from_slice(body)?;
-    let choices = v["choices"]
-        .as_array()
+    let answer: Completion<'_> = serde_json::from_slice(body)?;
+    let choices = answer
+        .choices
+        .0
+        .as_deref()
         .ok_or(TranslateError::Shape("no choices"))?;
-    let usage = v.get("usage").map(usage_of).unwrap_or_default();
+    let usage = answer
+        .usage
+        .object()
+        .map(CompletionUsage::to_usage)
+        .unwrap_or_default();
     // Only the first choice is followed: the client asked for one (n > 1 is refused).
     let Some(choice) = choices
         .iter()
-        .find(|c| c["index"].as_u64() == Some(0))
+        .find(|c| c.index.0 == Some(0))
         .or(choices.first())
     else {
         return Ok(ir::Response {
@@ -86,69 +94,73 @@ pub fn parse_response(body: &[u8]) -> Result<ir::Response, TranslateError> {
             ..Default::default()
         });
     };
-    let msg = &choice["message"];
+    let none = Message::default();
+    let msg = choice.message.object().unwrap_or(&none);
+    Ok(ir::Response {
+        content: message_parts(&answer, msg),
+        finish: choice.finish_reason.as_str().map(parse_finish),
+        usage,
+    })
+}
+
+/// A message's thinking, text, refusal and tool calls, in that order.
+fn message_parts(answer: &Completion<'_>, msg: &Message<'_>) -> Vec<Part> {
     let mut content = Vec::new();
-    if let Some(r) = reasoning_text(msg).filter(|r| !r.is_empty()) {
+    if let Some(r) = reasoning(&msg.reasoning_content, &msg.reasoning).filter(|r| !r.is_empty()) {
         content.push(Part::Thinking {
             text: r.to_string(),
             signature: None,
         });
     }
-    match &msg["content"] {
-        Value::String(s) if !s.is_empty() => content.push(Part::Text(s.clone())),
+    match &msg.content {
+        Content::Text(s) if !s.is_empty() => content.push(Part::Text(s.to_string())),
         // Some compatible servers answer with text parts.
-        Value::Array(parts) => content.extend(
+        Content::Parts(parts) => content.extend(
             parts
                 .iter()
-                .filter_map(|p| p["text"].as_str())
+                .filter_map(|p| p.text.as_str())
                 .filter(|t| !t.is_empty())
                 .map(|t| Part::Text(t.to_string())),
         ),
         _ => {}
     }
-    if let Some(r) = msg["refusal"].as_str().filter(|r| !r.is_empty()) {
+    if let Some(r) = msg.refusal.as_str().filter(|r| !r.is_empty()) {
         content.push(Part::Text(r.to_string()));
     }
     let mut index = 0;
-    if let Some(calls) = msg["tool_calls"].as_array() {
-        for c in calls {
-            content.push(Part::ToolCall(call(&v, index, c)));
-            index += 1;
-        }
+    for c in msg.tool_calls.items() {
+        let call = call(answer, index, c.id.as_str(), c.function.object());
+        content.push(Part::ToolCall(call));
+        index += 1;
     }
     // The legacy single call, still answered by some compatible servers.
-    if msg["function_call"].is_object() {
-        let c = json!({"function": msg["function_call"]});
-        content.push(Part::ToolCall(call(&v, index, &c)));
+    if let Some(f) = msg.function_call.object() {
+        content.push(Part::ToolCall(call(answer, index, None, Some(f))));
     }
-    Ok(ir::Response {
-        content,
-        finish: choice["finish_reason"].as_str().map(parse_finish),
-        usage,
-    })
+    content
 }
 
-/// DeepSeek and most compatible servers say `reasoning_content`; some say `reasoning`.
-pub(super) fn reasoning_text(delta_or_message: &Value) -> Option<&str> {
-    delta_or_message["reasoning_content"]
-        .as_str()
-        .or_else(|| delta_or_message["reasoning"].as_str())
-}
-
-fn call(answer: &Value, index: usize, c: &Value) -> ir::ToolCall {
-    let f = &c["function"];
-    let name = f["name"].as_str().unwrap_or_default().to_string();
-    let id = match c["id"].as_str() {
+fn call(
+    answer: &Completion<'_>,
+    index: usize,
+    id: Option<&str>,
+    f: Option<&Function<'_>>,
+) -> ir::ToolCall {
+    let name = f
+        .and_then(|f| f.name.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let id = match id {
         Some(id) if !id.is_empty() => id.to_string(),
-        _ => synth_call_id(answer, index, &name),
+        _ => synth_call_id(&answer.id, &answer.created, index, &name),
     };
     ir::ToolCall {
         id,
-        arguments: match &f["arguments"] {
-            Value::String(s) => s.clone(),
-            Value::Null => "{}".to_string(),
+        arguments: match f.map(|f| &f.arguments) {
+            Some(Value::String(s)) => s.clone(),
+            None | Some(Value::Null) => "{}".to_string(),
             // A server that sends an object instead of JSON text.
-            other => other.to_string(),
+            Some(other) => other.to_string(),
         },
         name,
         signature: None,

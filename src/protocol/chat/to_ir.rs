@@ -34,12 +34,48 @@ pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
             message: "The request body must be a JSON object.".into(),
         });
     };
+    refuse_untranslatable(&obj)?;
+    let mut req = ir::Request::default();
+    if let Some(Value::Array(messages)) = obj.get("messages") {
+        convert_messages(messages, &mut req)?;
+    }
+    // The rule the reservation was sized by (the smaller of the two members).
+    req.max_tokens = super::wire::output_limit_in(|f| u64_field(&obj, f));
+    sampling(&obj, &mut req);
+    if let Some(Value::Array(tools)) = obj.get("tools") {
+        req.tools = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| tool(i, t))
+            .collect::<Result<_, _>>()?;
+    }
+    req.tool_choice = match obj.get("tool_choice") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(tool_choice(v)?),
+    };
+    req.parallel_tool_calls = obj.get("parallel_tool_calls").and_then(Value::as_bool);
+    req.reasoning = reasoning_effort(obj.get("reasoning_effort"))?;
+    req.response_format = match obj.get("response_format") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(response_format(v)?),
+    };
+    req.user = ["user", "safety_identifier"]
+        .iter()
+        .find_map(|f| obj.get(*f).and_then(Value::as_str))
+        .map(str::to_string);
+    Ok(req)
+}
+
+/// The 400s for what another protocol cannot carry without changing the answer:
+/// [`UNTRANSLATABLE`] fields, more than one choice, log probabilities, output other
+/// than text.
+fn refuse_untranslatable(obj: &Map<String, Value>) -> Result<(), Invalid> {
     for (field, why) in UNTRANSLATABLE {
         if obj.get(*field).is_some_and(|v| !v.is_null()) {
             return Err(invalid(field, *why));
         }
     }
-    if super::wire::choices_in(|f| u64_field(&obj, f)) > 1 {
+    if super::wire::choices_in(|f| u64_field(obj, f)) > 1 {
         return Err(invalid(
             "n",
             "Only one choice (`n` = 1) is available for this model.",
@@ -59,13 +95,12 @@ pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
             ));
         }
     }
+    Ok(())
+}
 
-    let mut req = ir::Request::default();
-    if let Some(Value::Array(messages)) = obj.get("messages") {
-        convert_messages(messages, &mut req)?;
-    }
-    // The rule the reservation was sized by (the smaller of the two members).
-    req.max_tokens = super::wire::output_limit_in(|f| u64_field(&obj, f));
+/// The sampling settings: temperature, `top_p`, stop sequences, seed and penalties
+/// (each left out when it is not of its type).
+fn sampling(obj: &Map<String, Value>, req: &mut ir::Request) {
     req.temperature = obj.get("temperature").and_then(Value::as_f64);
     req.top_p = obj.get("top_p").and_then(Value::as_f64);
     req.stop = match obj.get("stop") {
@@ -79,53 +114,32 @@ pub fn to_ir(body: Value) -> Result<ir::Request, Invalid> {
     req.seed = obj.get("seed").and_then(Value::as_i64);
     req.presence_penalty = obj.get("presence_penalty").and_then(Value::as_f64);
     req.frequency_penalty = obj.get("frequency_penalty").and_then(Value::as_f64);
-    if let Some(Value::Array(tools)) = obj.get("tools") {
-        req.tools = tools
-            .iter()
-            .enumerate()
-            .map(|(i, t)| tool(i, t))
-            .collect::<Result<_, _>>()?;
-    }
-    req.tool_choice = match obj.get("tool_choice") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(tool_choice(v)?),
-    };
-    req.parallel_tool_calls = obj.get("parallel_tool_calls").and_then(Value::as_bool);
-    req.reasoning = match obj.get("reasoning_effort") {
-        None | Some(Value::Null) => None,
-        // `none` turns reasoning off (the newer models' spelling), unlike `minimal`.
-        Some(Value::String(s)) if s == "none" => Some(Reasoning {
+}
+
+/// `reasoning_effort`: `none` turns reasoning off (the newer models' spelling), unlike
+/// `minimal`; an unknown effort is a 400.
+fn reasoning_effort(v: Option<&Value>) -> Result<Option<Reasoning>, Invalid> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s == "none" => Ok(Some(Reasoning {
             disabled: true,
             ..Default::default()
-        }),
+        })),
         Some(Value::String(s)) => match Effort::parse(s) {
-            Some(e) => Some(Reasoning {
+            Some(e) => Ok(Some(Reasoning {
                 effort: Some(e),
                 ..Default::default()
-            }),
-            None => {
-                return Err(invalid(
-                    "reasoning_effort",
-                    format!("Unknown `reasoning_effort` `{s}`."),
-                ))
-            }
-        },
-        Some(_) => {
-            return Err(invalid(
+            })),
+            None => Err(invalid(
                 "reasoning_effort",
-                "`reasoning_effort` must be a string.",
-            ))
-        }
-    };
-    req.response_format = match obj.get("response_format") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(response_format(v)?),
-    };
-    req.user = ["user", "safety_identifier"]
-        .iter()
-        .find_map(|f| obj.get(*f).and_then(Value::as_str))
-        .map(str::to_string);
-    Ok(req)
+                format!("Unknown `reasoning_effort` `{s}`."),
+            )),
+        },
+        Some(_) => Err(invalid(
+            "reasoning_effort",
+            "`reasoning_effort` must be a string.",
+        )),
+    }
 }
 
 fn u64_field(obj: &Map<String, Value>, field: &str) -> Option<u64> {
@@ -177,22 +191,7 @@ fn convert_messages(messages: &[Value], req: &mut ir::Request) -> Result<(), Inv
                 after_tool = false;
             }
             "tool" => {
-                let Some(call_id) = m["tool_call_id"].as_str() else {
-                    return Err(invalid(
-                        at("tool_call_id"),
-                        "A `tool` message needs a string `tool_call_id`.",
-                    ));
-                };
-                let content = text_parts(&m["content"], &at("content"))?
-                    .into_iter()
-                    .map(Part::Text)
-                    .collect();
-                let result = Part::ToolResult(ir::ToolResult {
-                    call_id: ir::split_call_id(call_id).0.to_string(),
-                    name: None,
-                    content,
-                    is_error: false,
-                });
+                let result = tool_result(m, &at)?;
                 match req.messages.last_mut() {
                     Some(last) if after_tool => last.content.push(result),
                     _ => req.messages.push(ir::Message {
@@ -217,6 +216,26 @@ fn convert_messages(messages: &[Value], req: &mut ir::Request) -> Result<(), Inv
         }
     }
     Ok(())
+}
+
+/// A `tool` message as the result of the call it names.
+fn tool_result(m: &Value, at: &dyn Fn(&str) -> String) -> Result<Part, Invalid> {
+    let Some(call_id) = m["tool_call_id"].as_str() else {
+        return Err(invalid(
+            at("tool_call_id"),
+            "A `tool` message needs a string `tool_call_id`.",
+        ));
+    };
+    let content = text_parts(&m["content"], &at("content"))?
+        .into_iter()
+        .map(Part::Text)
+        .collect();
+    Ok(Part::ToolResult(ir::ToolResult {
+        call_id: ir::split_call_id(call_id).0.to_string(),
+        name: None,
+        content,
+        is_error: false,
+    }))
 }
 
 /// Content that may only hold text: a string or an array of `text` parts.

@@ -1,161 +1,40 @@
-//! A chat answer's `usage` read straight from its raw text: the same figures as
-//! [`super::usage_of`] on the parsed value, without building that value (a map of owned
-//! strings, for a handful of numbers). Every answer and the last event of every stream pass
-//! through here.
+//! A chat answer's `usage` read straight from its raw text through its typed view
+//! ([`CompletionUsage`]): the same figures as [`super::usage_of`] on the parsed value,
+//! without building that value (a map of owned strings, for a handful of numbers). Every
+//! answer and the last event of every stream pass through here.
 
 use super::super::Usage;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use super::wire::usage::CompletionUsage;
 use serde_json::value::RawValue;
-use std::fmt;
 
 /// `usage` from its raw JSON; zeros for what is not an object, and for each figure that
 /// is absent or not a whole number (as `usage_of` reads them).
 pub fn usage_raw(raw: &RawValue) -> Usage {
-    let mut de = serde_json::Deserializer::from_str(raw.get());
-    (&mut de).deserialize_any(Top).unwrap_or_default()
-}
-
-/// A number read as `Value::as_u64` reads it: anything else is 0.
-struct Count(u64);
-
-impl<'de> de::Deserialize<'de> for Count {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Count, D::Error> {
-        d.deserialize_any(CountVisitor)
-    }
-}
-
-struct CountVisitor;
-
-impl<'de> Visitor<'de> for CountVisitor {
-    type Value = Count;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any JSON value")
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
-        Ok(Count(v))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
-        Ok(Count(u64::try_from(v).unwrap_or(0)))
-    }
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Count, E> {
-        Ok(Count(0))
-    }
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Count, E> {
-        Ok(Count(0))
-    }
-    fn visit_str<E: de::Error>(self, _: &str) -> Result<Count, E> {
-        Ok(Count(0))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Count, E> {
-        Ok(Count(0))
-    }
-    fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Count, A::Error> {
-        while s.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Count(0))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Count, A::Error> {
-        while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-        Ok(Count(0))
-    }
-}
-
-/// The counts of a details object (`prompt_tokens_details`, `completion_tokens_details`)
-/// the gateway reads: zeros when the details are not an object or lack them.
-#[derive(Default)]
-struct Details {
-    cached: u64,
-    reasoning: u64,
-    audio: u64,
-}
-
-impl<'de> de::Deserialize<'de> for Details {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Details, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Details;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Details, A::Error> {
-                let mut d = Details::default();
-                while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
-                    let field = match k.as_ref() {
-                        "cached_tokens" => &mut d.cached,
-                        "reasoning_tokens" => &mut d.reasoning,
-                        "audio_tokens" => &mut d.audio,
-                        _ => {
-                            m.next_value::<IgnoredAny>()?;
-                            continue;
-                        }
-                    };
-                    *field = m.next_value::<Count>()?.0;
-                }
-                Ok(d)
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Details, E> {
-                Ok(Details::default())
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Details, E> {
-                Ok(Details::default())
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Details, E> {
-                Ok(Details::default())
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Details, E> {
-                Ok(Details::default())
-            }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Details, E> {
-                Ok(Details::default())
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Details, E> {
-                Ok(Details::default())
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Details, A::Error> {
-                while s.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Details::default())
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-struct Top;
-
-impl<'de> Visitor<'de> for Top {
-    type Value = Usage;
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a usage object")
-    }
-    /// Each member as it comes; a repeated one counts as its last (as a parsed object).
-    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Usage, A::Error> {
-        let mut u = Usage::default();
-        while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
-            match k.as_ref() {
-                "prompt_tokens" => u.input_tokens = m.next_value::<Count>()?.0,
-                "completion_tokens" => u.output_tokens = m.next_value::<Count>()?.0,
-                "prompt_tokens_details" => {
-                    let d = m.next_value::<Details>()?;
-                    u.cached_input_tokens = d.cached;
-                    u.audio_input_tokens = d.audio;
-                }
-                "completion_tokens_details" => {
-                    let d = m.next_value::<Details>()?;
-                    u.reasoning_tokens = d.reasoning;
-                    u.audio_output_tokens = d.audio;
-                }
-                _ => {
-                    m.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(u)
-    }
+    serde_json::from_str::<CompletionUsage>(raw.get())
+        .map_or_else(|_| Usage::default(), |u| u.to_usage())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::Value;
+
+    /// The figures as lookups in the parsed tree give them: what the gateway read before
+    /// the typed view, kept as the reference the view is held to.
+    fn looked_up(u: &Value) -> Usage {
+        let n = |v: &Value| v.as_u64().unwrap_or(0);
+        let prompt = &u["prompt_tokens_details"];
+        let completion = &u["completion_tokens_details"];
+        Usage {
+            input_tokens: n(&u["prompt_tokens"]),
+            output_tokens: n(&u["completion_tokens"]),
+            cached_input_tokens: n(&prompt["cached_tokens"]),
+            audio_input_tokens: n(&prompt["audio_tokens"]),
+            reasoning_tokens: n(&completion["reasoning_tokens"]),
+            audio_output_tokens: n(&completion["audio_tokens"]),
+            ..Usage::default()
+        }
+    }
 
     /// Every shape of `usage` reads as the parsed value reads: numbers of every kind,
     /// members missing, repeated, escaped or of another type, details of every type,
@@ -183,6 +62,7 @@ mod tests {
             let raw: Box<RawValue> = serde_json::from_str(case).unwrap();
             let parsed: Value = serde_json::from_str(case).unwrap();
             assert_eq!(usage_raw(&raw), super::super::usage_of(&parsed), "{case}");
+            assert_eq!(usage_raw(&raw), looked_up(&parsed), "{case}");
         }
         let raw: Box<RawValue> = serde_json::from_str(cases[8]).unwrap();
         let u = usage_raw(&raw);

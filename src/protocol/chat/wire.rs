@@ -1,9 +1,15 @@
 //! The members of a chat request the gateway reads or changes, typed: the model, the
-//! output limit (two members), the number of choices. Everything else rides in `rest`.
+//! output limit (two members), the number of choices, `stream` and its options.
+//! Everything else rides in `rest`.
+//! The answer's views are in [`answer`] (choices, tool calls, stream chunks, errors)
+//! and [`usage`].
 //!
 //! The rules live once, over a lookup of a member's count, so the typed view and the
 //! relay's shallow read of a chat body ([`super::super::shallow::Shallow`]) apply the
 //! same one.
+
+pub mod answer;
+pub mod usage;
 
 use super::super::limit::{self, Limit};
 use serde::{Deserialize, Serialize};
@@ -19,7 +25,8 @@ pub const CHOICES: &str = "n";
 /// A chat request, typed where the gateway acts on it.
 #[derive(Debug, Deserialize, Serialize)]
 pub struct Request<'a> {
-    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    #[serde(borrow, default, deserialize_with = "limit::borrowed")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<Cow<'a, str>>,
     #[serde(default, deserialize_with = "limit::present")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -30,6 +37,40 @@ pub struct Request<'a> {
     #[serde(default, deserialize_with = "limit::present")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub n: Option<Limit>,
+    #[serde(default, deserialize_with = "limit::present")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream: Option<Switch>,
+    #[serde(default, deserialize_with = "limit::present")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(flatten)]
+    pub rest: Map<String, Value>,
+}
+
+/// A boolean member as the client wrote it: a boolean, or anything else (`null`, which
+/// validation lets through) kept as it came.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum Switch {
+    Is(bool),
+    Other(Value),
+}
+
+/// `stream_options` as sent: an object, or anything else (`null`) kept as it came.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum StreamOptions {
+    Object(StreamOptionsObject),
+    Other(Value),
+}
+
+/// The options of a stream (OpenAI API reference, Chat Completions, `stream_options`):
+/// `include_usage` asks for the usage chunk the gateway also needs for the bill.
+#[derive(Debug, Default, Deserialize, Serialize)]
+pub struct StreamOptionsObject {
+    #[serde(default, deserialize_with = "limit::present")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub include_usage: Option<Switch>,
     #[serde(flatten)]
     pub rest: Map<String, Value>,
 }
@@ -50,6 +91,19 @@ impl Request<'_> {
 
     pub fn choices(&self) -> u64 {
         choices_in(|f| self.count(f))
+    }
+
+    /// Whether the answer is to be streamed.
+    pub fn stream(&self) -> bool {
+        self.stream == Some(Switch::Is(true))
+    }
+
+    /// Whether the client itself asked for the usage chunk.
+    pub fn client_wants_usage(&self) -> bool {
+        match &self.stream_options {
+            Some(StreamOptions::Object(o)) => o.include_usage == Some(Switch::Is(true)),
+            _ => false,
+        }
     }
 
     /// Lowers the limit to `cap` (see [`limit_plan`]).
@@ -111,6 +165,12 @@ pub fn output_limit(body: &Value) -> Option<u64> {
 
 pub fn choices(body: &Value) -> u64 {
     choices_in(|f| body.get(f).and_then(Value::as_u64))
+}
+
+/// Whether a parsed chat body asks for the usage chunk (`stream_options.include_usage`),
+/// read in place as [`Request::client_wants_usage`] reads it.
+pub fn wants_usage(body: &Value) -> bool {
+    body["stream_options"]["include_usage"].as_bool() == Some(true)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::protocol::limit::testing::same_except;
+use crate::protocol::limit::testing::{relayed, same_except, same_text_except};
 use serde_json::json;
 
 const F: &str = MAX_COMPLETION_TOKENS;
@@ -96,4 +96,50 @@ fn round_trip_changes_only_the_limit() {
     }
     let out = capped(&body, 1000, F);
     same_except(&body, &out, &[], "body");
+}
+
+/// A request naming every member the gateway acts on (model, both limits, `n`, `stream`,
+/// `stream_options`, tools and the tool choice): through the typed view, every member
+/// but the limits keeps its text byte for byte; on the relay's path the whole body is
+/// the client's text with only the limits lowered.
+#[test]
+fn every_member_the_gateway_acts_on_round_trips_as_written() {
+    let text = r#"{"model":"gpt-x","messages":[{"role":"user","content":"hi é \"q\""}],"max_completion_tokens":900,"max_tokens":2000,"n":2,"stream":true,"stream_options":{"include_usage":false,"x":[1,2.5,null]},"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{}}}}],"tool_choice":{"type":"function","function":{"name":"f"}},"temperature":0.25,"a_future_member":{"deep":[{"k":null}]}}"#;
+    let mut r: Request<'_> = serde_json::from_str(text).unwrap();
+    assert!(matches!(r.model, Some(Cow::Borrowed("gpt-x"))));
+    assert_eq!((r.output_limit(), r.choices()), (Some(900), 2));
+    assert!(r.stream());
+    assert!(!r.client_wants_usage());
+    r.set_output_limit(100, F);
+    let out = serde_json::to_string(&r).unwrap();
+    same_text_except(text, &out, &LIMIT_FIELDS);
+    let relayed = relayed(crate::protocol::Protocol::Chat, text, 100, F);
+    let want = text
+        .replace(
+            r#""max_completion_tokens":900"#,
+            r#""max_completion_tokens":100"#,
+        )
+        .replace(r#""max_tokens":2000"#, r#""max_tokens":100"#);
+    assert_eq!(relayed, want);
+    // Nothing to lower: the body is the client's text.
+    assert_eq!(relayed_unchanged(text), text);
+}
+
+fn relayed_unchanged(text: &str) -> String {
+    relayed(crate::protocol::Protocol::Chat, text, 5000, F)
+}
+
+/// `stream_options.include_usage`, read where the client wrote it.
+#[test]
+fn the_client_asks_for_usage_in_stream_options() {
+    let asks = |body: Value| {
+        let r = Request::deserialize(&body).unwrap();
+        assert_eq!(r.client_wants_usage(), wants_usage(&body), "{body}");
+        r.client_wants_usage()
+    };
+    assert!(asks(json!({"stream_options": {"include_usage": true}})));
+    assert!(!asks(json!({"stream_options": {"include_usage": false}})));
+    assert!(!asks(json!({"stream_options": {"include_usage": "yes"}})));
+    assert!(!asks(json!({"stream_options": null})));
+    assert!(!asks(json!({"stream": true})));
 }

@@ -6,7 +6,10 @@
 use super::super::{cost, sse};
 use super::super::{RequestOptions, StreamContext, StreamTranslator, TranslateError};
 use super::super::{UpstreamRequest, Usage};
-use super::wire::{model_path, usage_of, ChunkWriter};
+use super::wire::answer::GenerateContentResponse;
+use super::wire::usage::UsageMetadata;
+use super::wire::{model_path, ChunkWriter};
+use serde::Deserialize;
 use serde_json::Value;
 
 pub fn passthrough_request(mut body: Value, opts: &RequestOptions) -> UpstreamRequest {
@@ -58,24 +61,22 @@ fn camel_case(snake: &str) -> String {
     out
 }
 
-fn is_answer(obj: &serde_json::Map<String, Value>) -> bool {
-    ["candidates", "promptFeedback", "usageMetadata"]
-        .iter()
-        .any(|k| obj.contains_key(*k))
-}
-
 pub fn passthrough_response(
     body: &[u8],
     client_model: &str,
 ) -> Result<(Vec<u8>, Usage), TranslateError> {
     let mut v: Value = serde_json::from_slice(body)?;
+    if !v.is_object() {
+        return Err(TranslateError::Shape("not an object"));
+    }
+    let read = GenerateContentResponse::deserialize(&v)?;
+    if !read.is_answer() {
+        return Err(TranslateError::Shape("not a GenerateContentResponse"));
+    }
+    let usage = usage_of(&read);
     let obj = v
         .as_object_mut()
         .ok_or(TranslateError::Shape("not an object"))?;
-    if !is_answer(obj) {
-        return Err(TranslateError::Shape("not a GenerateContentResponse"));
-    }
-    let usage = obj.get("usageMetadata").map(usage_of).unwrap_or_default();
     if obj.contains_key("modelVersion") {
         obj.insert(
             "modelVersion".into(),
@@ -129,24 +130,28 @@ impl Passthrough {
                     continue;
                 }
             };
-            if let Some(m) = v.get("usageMetadata").filter(|m| m.is_object()) {
+            // The members the gateway reads, typed; the chunk itself stays a tree (its
+            // model and usage are rewritten, the rest goes out as it came).
+            let Ok(read) = GenerateContentResponse::deserialize(&v) else {
+                continue;
+            };
+            if read.usage_metadata.object().is_some() {
                 // Usage still counts after the client's stream closed.
-                self.usage = usage_of(m);
+                self.usage = usage_of(&read);
             }
             if self.writer.closed() {
                 continue;
             }
-            if v.get("error").is_some() {
+            if read.error.present() {
                 // Spec 7.2: the provider's own error text does not reach the client.
                 self.fail("The upstream provider reported an error mid-stream.", out);
                 continue;
             }
-            let finished = v["candidates"]
-                .as_array()
-                .is_some_and(|cs| cs.iter().any(|c| c.get("finishReason").is_some()))
-                || v["promptFeedback"]["blockReason"].is_string();
+            let finished =
+                read.candidates().iter().any(|c| c.finish_reason.is_there()) || read.blocked();
             self.done |= finished;
-            self.delivered += content_bytes(&v);
+            self.delivered += content_bytes(&read);
+            drop(read);
             if let Some(m) = v.get_mut("usageMetadata").filter(|m| m.is_object()) {
                 // Every chunk's usage shows the cost of its own figures: the last one,
                 // the final usage, the stream's cost.
@@ -165,20 +170,22 @@ impl Passthrough {
     }
 }
 
+/// The usage an answer states; zeros when it states none.
+fn usage_of(read: &GenerateContentResponse<'_>) -> Usage {
+    read.usage_metadata
+        .object()
+        .map(UsageMetadata::to_usage)
+        .unwrap_or_default()
+}
+
 /// The generated text of a chunk, every candidate: text and thought parts, function
 /// call arguments (as the JSON text a translation would carry).
-fn content_bytes(chunk: &Value) -> u64 {
-    let Some(candidates) = chunk.get("candidates").and_then(Value::as_array) else {
-        return 0;
-    };
-    let parts = candidates
-        .iter()
-        .filter_map(|c| c["content"]["parts"].as_array())
-        .flatten();
+fn content_bytes(chunk: &GenerateContentResponse<'_>) -> u64 {
+    let parts = chunk.candidates().iter().flat_map(|c| c.parts());
     parts
         .map(|p| {
-            let text = p["text"].as_str().map_or(0, str::len);
-            let args = match p.get("functionCall").map(|c| &c["args"]) {
+            let text = p.text.as_str().map_or(0, str::len);
+            let args = match p.function_call.get().map(|c| &c.args) {
                 Some(Value::Null) => 2, // `{}`
                 Some(a) => a.to_string().len(),
                 None => 0,

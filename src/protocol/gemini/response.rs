@@ -3,10 +3,13 @@
 
 use super::super::ir::{self, FinishReason, Part};
 use super::super::{ResponseContext, TranslateError};
+use super::wire::answer::{Candidate, FunctionCall, GenerateContentResponse, Part as WirePart};
+use super::wire::usage::UsageMetadata;
 use super::wire::{
     client_signature, finish_from_wire, finish_to_wire, signature_from_upstream, upstream_call_id,
-    usage_metadata, usage_of,
+    usage_metadata,
 };
+use crate::protocol::lenient::Member;
 use serde_json::{json, Map, Value};
 
 pub fn render_response(resp: &ir::Response, ctx: &ResponseContext) -> Vec<u8> {
@@ -69,56 +72,54 @@ pub(super) fn function_call_part(
 }
 
 pub fn parse_response(body: &[u8]) -> Result<ir::Response, TranslateError> {
-    let v: Value = serde_json::from_slice(body)?;
-    let obj = v
-        .as_object()
-        .ok_or(TranslateError::Shape("not an object"))?;
-    if !["candidates", "promptFeedback", "usageMetadata"]
-        .iter()
-        .any(|k| obj.contains_key(*k))
-    {
+    let v: Member<GenerateContentResponse<'_>> = serde_json::from_slice(body)?;
+    let v = v.object().ok_or(TranslateError::Shape("not an object"))?;
+    if !v.is_answer() {
         return Err(TranslateError::Shape("not a GenerateContentResponse"));
     }
-    let response_id = obj.get("responseId").and_then(Value::as_str).unwrap_or("");
-    let candidate = &v["candidates"][0];
+    let response_id = v.response_id.or_empty();
+    let none = Candidate::default();
+    let candidate = v.candidates().first().unwrap_or(&none);
     let mut content = Vec::new();
     let mut calls = 0;
-    if let Some(parts) = candidate["content"]["parts"].as_array() {
-        for p in parts {
-            if let Some(call) = p.get("functionCall") {
-                content.push(Part::ToolCall(tool_call(call, p, response_id, calls)));
-                calls += 1;
-            } else if let Some(text) = p.get("text").and_then(Value::as_str) {
-                push_text(&mut content, p, text);
-            }
+    for p in candidate.parts() {
+        if let Some(call) = p.function_call.get() {
+            content.push(Part::ToolCall(tool_call(call, p, response_id, calls)));
+            calls += 1;
+        } else if let Some(text) = p.text.as_str() {
+            push_text(&mut content, p, text);
         }
     }
-    let finish = match candidate["finishReason"].as_str() {
+    let finish = match candidate.finish_reason() {
         Some(r) => Some(finish_from_wire(r, calls > 0)),
-        None if v["promptFeedback"]["blockReason"].is_string() => Some(FinishReason::ContentFilter),
+        None if v.blocked() => Some(FinishReason::ContentFilter),
         None => None,
     };
     Ok(ir::Response {
         content,
         finish,
-        usage: obj.get("usageMetadata").map(usage_of).unwrap_or_default(),
+        usage: v
+            .usage_metadata
+            .object()
+            .map(UsageMetadata::to_usage)
+            .unwrap_or_default(),
     })
 }
 
 /// A `functionCall` part as a pivot call: its own `id` when the API gave one, else a
 /// deterministic one (the `index`-th call of the answer).
 pub(super) fn tool_call(
-    call: &Value,
-    part: &Value,
+    call: &FunctionCall<'_>,
+    part: &WirePart<'_>,
     response_id: &str,
     index: usize,
 ) -> ir::ToolCall {
-    let name = call.get("name").and_then(Value::as_str).unwrap_or_default();
-    let arguments = match call.get("args") {
-        Some(a) if !a.is_null() => a.to_string(),
-        _ => "{}".to_string(),
+    let name = call.name.or_empty();
+    let arguments = match &call.args {
+        Value::Null => "{}".to_string(),
+        a => a.to_string(),
     };
-    let id = match call.get("id").and_then(Value::as_str) {
+    let id = match call.id.as_str() {
         Some(id) if !id.is_empty() => id.to_string(),
         _ => upstream_call_id(response_id, name, &arguments, index),
     };
@@ -130,9 +131,9 @@ pub(super) fn tool_call(
     }
 }
 
-pub(super) fn signature_of(part: &Value) -> Option<String> {
-    part.get("thoughtSignature")
-        .and_then(Value::as_str)
+pub(super) fn signature_of(part: &WirePart<'_>) -> Option<String> {
+    part.thought_signature
+        .as_str()
         .filter(|s| !s.is_empty())
         .map(signature_from_upstream)
 }
@@ -140,8 +141,8 @@ pub(super) fn signature_of(part: &Value) -> Option<String> {
 /// Text and thoughts, merged with the part before when they continue it (a thought is
 /// continued until a signature closes it). A signature on a plain text part has no place
 /// in the pivot and is not needed back by the API.
-fn push_text(content: &mut Vec<Part>, part: &Value, text: &str) {
-    let thought = part.get("thought").and_then(Value::as_bool) == Some(true);
+fn push_text(content: &mut Vec<Part>, part: &WirePart<'_>, text: &str) {
+    let thought = part.thought.0 == Some(true);
     if thought {
         let signature = signature_of(part);
         if let Some(Part::Thinking {

@@ -7,9 +7,11 @@ use super::super::ir::{
 use super::super::sse::{self, Fault};
 use super::super::{cost, ChargeOf, StreamContext, Usage};
 use super::response::{function_call_part, signature_of, tool_call};
+use super::wire::answer::{Candidate, GenerateContentResponse, Part as WirePart};
 use super::wire::{
-    client_signature, finish_from_wire, finish_to_wire, usage_metadata, usage_of, ChunkWriter,
+    client_signature, finish_from_wire, finish_to_wire, usage_metadata, ChunkWriter,
 };
+use serde::Deserialize;
 use serde_json::{json, Value};
 
 pub fn encoder(ctx: &StreamContext) -> Box<dyn StreamEncoder> {
@@ -174,29 +176,29 @@ impl Decoder {
     }
 
     fn chunk(&mut self, v: &Value, events: &mut Vec<Event>) {
-        if v.get("error").is_some() {
+        let Ok(v) = GenerateContentResponse::deserialize(v) else {
+            return;
+        };
+        if v.error.present() {
             events.push(Event::Error);
             return;
         }
-        let response_id = v.get("responseId").and_then(Value::as_str).unwrap_or("");
-        let candidate = &v["candidates"][0];
-        if let Some(parts) = candidate["content"]["parts"].as_array() {
-            for p in parts {
-                self.part(p, response_id, events);
-            }
+        let response_id = v.response_id.or_empty();
+        let none = Candidate::default();
+        let candidate = v.candidates().first().unwrap_or(&none);
+        for p in candidate.parts() {
+            self.part(p, response_id, events);
         }
-        if let Some(m) = v.get("usageMetadata").filter(|m| m.is_object()) {
-            let u = usage_of(m);
+        if let Some(m) = v.usage_metadata.object() {
+            let u = m.to_usage();
             if self.last_usage != Some(u) {
                 self.last_usage = Some(u);
                 events.push(Event::Usage(u));
             }
         }
-        let finish = match candidate["finishReason"].as_str() {
+        let finish = match candidate.finish_reason() {
             Some(r) => Some(finish_from_wire(r, self.calls > 0)),
-            None if v["promptFeedback"]["blockReason"].is_string() => {
-                Some(FinishReason::ContentFilter)
-            }
+            None if v.blocked() => Some(FinishReason::ContentFilter),
             None => None,
         };
         if let Some(f) = finish {
@@ -206,8 +208,8 @@ impl Decoder {
         }
     }
 
-    fn part(&mut self, p: &Value, response_id: &str, events: &mut Vec<Event>) {
-        if let Some(call) = p.get("functionCall") {
+    fn part(&mut self, p: &WirePart<'_>, response_id: &str, events: &mut Vec<Event>) {
+        if let Some(call) = p.function_call.get() {
             let c = tool_call(call, p, response_id, self.calls);
             events.push(Event::ToolCallStart {
                 index: self.calls,
@@ -222,10 +224,10 @@ impl Decoder {
             self.calls += 1;
             return;
         }
-        let Some(text) = p.get("text").and_then(Value::as_str) else {
+        let Some(text) = p.text.as_str() else {
             return;
         };
-        if p.get("thought").and_then(Value::as_bool) == Some(true) {
+        if p.thought.0 == Some(true) {
             if !text.is_empty() {
                 events.push(Event::Thinking(text.to_string()));
             }

@@ -1,6 +1,10 @@
 //! Pieces of the generate-content wire format shared by requests, responses and streams:
 //! field spellings, usage, finish reasons, synthesized ids, signatures, and the two
-//! framings of a streamed answer.
+//! framings of a streamed answer. The answer's typed views are in [`answer`] and
+//! [`usage`].
+
+pub mod answer;
+pub mod usage;
 
 use super::super::ir::FinishReason;
 use super::super::limit::{self, Limit};
@@ -211,50 +215,7 @@ impl Request {
     }
 }
 
-/// Usage from `usageMetadata` (Gemini API reference, GenerateContentResponse,
-/// UsageMetadata). `promptTokenCount` already includes `cachedContentTokenCount`;
-/// `candidatesTokenCount` excludes `thoughtsTokenCount`, which is billed as output and
-/// counted in it here. Tokens of server-side tool prompts (`toolUsePromptTokenCount`) are
-/// billed as input, so they are added to it. The audio and image shares come from the
-/// `{modality, tokenCount}` breakdowns: the prompt's and the tool prompt's less the
-/// cached content's (a cached token is priced as cached, whatever its modality), and the
-/// candidates'.
-pub(super) fn usage_of(m: &Value) -> Usage {
-    let n = |k: &str| m.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let thoughts = n("thoughtsTokenCount");
-    let by = |list: &str, modality: &str| modality_count(m, list, modality);
-    let input_share = |modality: &str| {
-        by("promptTokensDetails", modality)
-            .saturating_sub(by("cacheTokensDetails", modality))
-            .saturating_add(by("toolUsePromptTokensDetails", modality))
-    };
-    Usage {
-        input_tokens: n("promptTokenCount") + n("toolUsePromptTokenCount"),
-        output_tokens: n("candidatesTokenCount") + thoughts,
-        cached_input_tokens: n("cachedContentTokenCount"),
-        cache_creation_input_tokens: 0,
-        reasoning_tokens: thoughts,
-        audio_input_tokens: input_share("AUDIO"),
-        image_input_tokens: input_share("IMAGE"),
-        audio_output_tokens: by("candidatesTokensDetails", "AUDIO"),
-        image_output_tokens: by("candidatesTokensDetails", "IMAGE"),
-        ..Usage::default()
-    }
-}
-
-/// The tokens of one modality in a `ModalityTokenCount` list of `usageMetadata`.
-fn modality_count(m: &Value, list: &str, modality: &str) -> u64 {
-    let Some(items) = m.get(list).and_then(Value::as_array) else {
-        return 0;
-    };
-    items
-        .iter()
-        .filter(|i| i.get("modality").and_then(Value::as_str) == Some(modality))
-        .filter_map(|i| i.get("tokenCount").and_then(Value::as_u64))
-        .fold(0, u64::saturating_add)
-}
-
-/// The inverse of [`usage_of`]; the optional counts appear only when non-zero, as the
+/// The inverse of [`usage::UsageMetadata::to_usage`]; the optional counts appear only when non-zero, as the
 /// API itself reports them. The modality breakdowns are written only when some input or
 /// output was audio or image (text makes up the rest).
 pub(super) fn usage_metadata(u: &Usage) -> Value {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::protocol::limit::testing::same_except;
+use crate::protocol::limit::testing::{relayed, same_except, same_text_except};
 
 /// parse → set_output_limit → serialize, with the typed view and the body reader agreeing.
 fn capped(body: &Value, cap: u64) -> Value {
@@ -100,4 +100,30 @@ fn round_trip_changes_only_the_limit() {
     );
     assert_eq!(out[CONFIG][MAX_OUTPUT_TOKENS], 100);
     same_except(&body, &capped(&body, 5000), &[], "body");
+}
+
+/// A request naming every member the gateway acts on (the output limit and the number
+/// of candidates in `generationConfig`, tools and the tool config; the model is in the
+/// path): through the typed view, every member but the config keeps its text byte for
+/// byte, and in the config every setting but the limit; on the relay's path the whole
+/// body is the client's text with only the limit lowered.
+#[test]
+fn every_member_the_gateway_acts_on_round_trips_as_written() {
+    let text = r#"{"contents":[{"role":"user","parts":[{"text":"hi é"}]}],"systemInstruction":{"parts":[{"text":"be brief"}]},"generationConfig":{"temperature":0.5,"maxOutputTokens":4000,"candidateCount":2,"thinkingConfig":{"thinkingBudget":1024}},"tools":[{"functionDeclarations":[{"name":"f","parameters":{"type":"OBJECT"}}]},{"googleSearch":{}}],"toolConfig":{"functionCallingConfig":{"mode":"ANY"}},"safetySettings":[]}"#;
+    let mut r: Request = serde_json::from_str(text).unwrap();
+    assert_eq!((r.output_limit(), r.choices()), (Some(4000), 2));
+    r.set_output_limit(100);
+    let out = serde_json::to_string(&r).unwrap();
+    same_text_except(text, &out, &[CONFIG]);
+    let config = |t: &str| {
+        let v: Value = serde_json::from_str(t).unwrap();
+        v[CONFIG].to_string()
+    };
+    same_text_except(&config(text), &config(&out), &[MAX_OUTPUT_TOKENS]);
+    let p = crate::protocol::Protocol::Gemini;
+    assert_eq!(
+        relayed(p, text, 100, ""),
+        text.replace(r#""maxOutputTokens":4000"#, r#""maxOutputTokens":100"#)
+    );
+    assert_eq!(relayed(p, text, 5000, ""), text);
 }

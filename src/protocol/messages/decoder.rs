@@ -2,10 +2,11 @@
 //! upstream's; tool calls are renumbered from 0 in the order they start, as
 //! [`Event::ToolCallStart`] counts them.
 
+use super::wire::answer::{ContentBlock, Delta, StreamEvent};
 use super::{finish_reason, WireUsage};
 use crate::protocol::ir::{decode_json, Event, StreamBroken, StreamDecoder};
 use crate::protocol::sse::{self, Fault};
-use serde_json::Value;
+use serde::Deserialize;
 use std::collections::BTreeMap;
 
 pub struct Decoder {
@@ -46,31 +47,35 @@ impl Decoder {
         for ev in std::mem::take(&mut self.pending) {
             let mut broken = self.broken;
             decode_json(&ev, &mut broken, events, |v, out| {
+                let Ok(e) = StreamEvent::deserialize(v) else {
+                    return;
+                };
                 // The data's own `type` is authoritative; some relays drop the event line.
-                let kind = v
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .or(ev.event.as_deref())
-                    .unwrap_or("");
-                self.one(kind, v, out);
+                let kind = e.kind.as_str().or(ev.event.as_deref()).unwrap_or("");
+                self.one(kind, &e, out);
             });
             self.broken = broken;
         }
     }
 
-    fn one(&mut self, kind: &str, v: &Value, events: &mut Vec<Event>) {
+    fn one(&mut self, kind: &str, e: &StreamEvent<'_>, events: &mut Vec<Event>) {
         match kind {
             "message_start" => {
-                self.usage.merge(&v["message"]["usage"]);
+                if let Some(u) = e.message.object().and_then(|m| m.usage.object()) {
+                    self.usage.merge(u);
+                }
                 events.push(Event::Usage(self.usage.to_usage()));
             }
-            "content_block_start" => self.block_start(v, events),
-            "content_block_delta" => self.block_delta(v, events),
+            "content_block_start" => self.block_start(e, events),
+            "content_block_delta" => self.block_delta(e, events),
             "message_delta" => {
-                self.usage.merge(&v["usage"]);
+                if let Some(u) = e.usage.object() {
+                    self.usage.merge(u);
+                }
                 events.push(Event::Usage(self.usage.to_usage()));
-                if let Some(reason) = v["delta"]["stop_reason"].as_str() {
-                    let sequence = v["delta"]["stop_sequence"].as_str();
+                let delta = e.delta.object();
+                if let Some(reason) = delta.and_then(|d| d.stop_reason.as_str()) {
+                    let sequence = delta.and_then(|d| d.stop_sequence.as_str());
                     events.push(Event::Finish(finish_reason(reason, sequence)));
                 }
             }
@@ -83,25 +88,25 @@ impl Decoder {
         }
     }
 
-    fn block_start(&mut self, v: &Value, events: &mut Vec<Event>) {
-        let Some(index) = v["index"].as_u64() else {
+    fn block_start(&mut self, e: &StreamEvent<'_>, events: &mut Vec<Event>) {
+        let Some(index) = e.index.0 else {
             return;
         };
-        let b = &v["content_block"];
-        let str_of = |k: &str| b[k].as_str().unwrap_or("");
-        let block = match b["type"].as_str().unwrap_or("") {
+        let none = ContentBlock::default();
+        let b = e.content_block.object().unwrap_or(&none);
+        let block = match b.kind.or_empty() {
             "text" => {
                 // Text in the start event itself must not be lost.
-                push_nonempty(events, str_of("text"), Event::Text);
+                push_nonempty(events, b.text.or_empty(), Event::Text);
                 Block::Text
             }
             "thinking" => {
-                push_nonempty(events, str_of("thinking"), Event::Thinking);
-                push_nonempty(events, str_of("signature"), Event::ThinkingSignature);
+                push_nonempty(events, b.thinking.or_empty(), Event::Thinking);
+                push_nonempty(events, b.signature.or_empty(), Event::ThinkingSignature);
                 Block::Thinking
             }
             "redacted_thinking" => {
-                events.push(Event::RedactedThinking(str_of("data").to_string()));
+                events.push(Event::RedactedThinking(b.data.or_empty().to_string()));
                 Block::Other
             }
             "tool_use" => {
@@ -109,16 +114,16 @@ impl Decoder {
                 self.next_tool += 1;
                 events.push(Event::ToolCallStart {
                     index: call,
-                    id: str_of("id").to_string(),
-                    name: str_of("name").to_string(),
+                    id: b.id.or_empty().to_string(),
+                    name: b.name.or_empty().to_string(),
                     signature: None,
                 });
                 // Normally `{}` with the arguments following as deltas; arguments
                 // given whole here are passed on as one fragment.
-                if b["input"].as_object().is_some_and(|o| !o.is_empty()) {
+                if b.input.as_object().is_some_and(|o| !o.is_empty()) {
                     events.push(Event::ToolCallArgs {
                         index: call,
-                        fragment: b["input"].to_string(),
+                        fragment: b.input.to_string(),
                     });
                 }
                 Block::Tool(call)
@@ -128,23 +133,20 @@ impl Decoder {
         self.blocks.insert(index, block);
     }
 
-    fn block_delta(&mut self, v: &Value, events: &mut Vec<Event>) {
-        let block = v["index"]
-            .as_u64()
-            .and_then(|i| self.blocks.get(&i))
-            .copied();
-        let d = &v["delta"];
-        let str_of = |k: &str| d[k].as_str().unwrap_or("");
-        match (d["type"].as_str().unwrap_or(""), block) {
+    fn block_delta(&mut self, e: &StreamEvent<'_>, events: &mut Vec<Event>) {
+        let block = e.index.0.and_then(|i| self.blocks.get(&i)).copied();
+        let none = Delta::default();
+        let d = e.delta.object().unwrap_or(&none);
+        match (d.kind.or_empty(), block) {
             // Text and thinking need no block to be understood: kept even when the
             // upstream skipped the start event.
-            ("text_delta", _) => push_nonempty(events, str_of("text"), Event::Text),
-            ("thinking_delta", _) => push_nonempty(events, str_of("thinking"), Event::Thinking),
+            ("text_delta", _) => push_nonempty(events, d.text.or_empty(), Event::Text),
+            ("thinking_delta", _) => push_nonempty(events, d.thinking.or_empty(), Event::Thinking),
             ("signature_delta", _) => {
-                push_nonempty(events, str_of("signature"), Event::ThinkingSignature)
+                push_nonempty(events, d.signature.or_empty(), Event::ThinkingSignature)
             }
             ("input_json_delta", Some(Block::Tool(index))) => {
-                let fragment = str_of("partial_json");
+                let fragment = d.partial_json.or_empty();
                 if !fragment.is_empty() {
                     events.push(Event::ToolCallArgs {
                         index,

@@ -2,7 +2,7 @@ use super::super::test_support::{accumulate, parse_sse, splits};
 use super::*;
 use crate::protocol::ir::FinishReason;
 use crate::protocol::{StreamContext, StreamTranslator, Usage};
-use serde_json::json;
+use serde_json::{json, Value};
 
 /// A real-shaped stream: interleaved thinking, text, two parallel tool calls whose
 /// arguments come in pieces, keep-alive pings, cumulative usage.

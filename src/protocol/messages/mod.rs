@@ -22,11 +22,13 @@ mod test_support;
 mod usage_tests;
 
 use super::ir::{self, FinishReason, StreamDecoder, StreamEncoder};
+use super::lenient::{Count, Member};
 use super::{
     Invalid, RequestOptions, ResponseContext, StreamContext, StreamTranslator, TranslateError,
     UpstreamRequest, Usage,
 };
 use serde_json::{json, Value};
+use wire::usage::MessageUsage;
 
 /// The one upstream path of the protocol.
 const PATH: &str = "/v1/messages";
@@ -108,11 +110,9 @@ pub fn passthrough_stream(ctx: StreamContext) -> Box<dyn StreamTranslator> {
 
 use super::invalid;
 
-/// Usage as the messages protocol counts it (Anthropic API reference, Messages,
-/// `usage`): `input_tokens` EXCLUDES cache reads and cache writes, unlike
-/// [`Usage::input_tokens`] which counts every prompt token. `cache_creation` breaks the
-/// writes down by lifetime (`ephemeral_5m_input_tokens`, `ephemeral_1h_input_tokens`);
-/// `server_tool_use.web_search_requests` counts the searches the server ran.
+/// Usage as the messages protocol counts it, summed over a stream's events (the wire
+/// object is [`MessageUsage`]): `input` EXCLUDES cache reads and cache writes, unlike
+/// [`Usage::input_tokens`] which counts every prompt token.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct WireUsage {
     input: u64,
@@ -135,31 +135,32 @@ impl WireUsage {
     /// Overwrites the figures `u` states. Stream events carry totals, not increments:
     /// `message_start` the input figures, `message_delta` the cumulative output (and,
     /// from newer upstreams, final input figures too).
-    fn merge(&mut self, u: &Value) {
-        let set = |field: &mut u64, v: &Value, key: &str| {
-            if let Some(n) = v.get(key).and_then(Value::as_u64) {
+    fn merge(&mut self, u: &MessageUsage) {
+        let set = |field: &mut u64, n: Count| {
+            if let Some(n) = n.0 {
                 *field = n;
             }
         };
-        set(&mut self.input, u, "input_tokens");
-        set(&mut self.cache_read, u, "cache_read_input_tokens");
-        set(&mut self.cache_creation, u, "cache_creation_input_tokens");
-        set(&mut self.output, u, "output_tokens");
-        if let Some(c) = u.get("cache_creation").filter(|c| c.is_object()) {
+        set(&mut self.input, u.input_tokens);
+        set(&mut self.cache_read, u.cache_read_input_tokens);
+        set(&mut self.cache_creation, u.cache_creation_input_tokens);
+        set(&mut self.output, u.output_tokens);
+        if let Some(c) = u.cache_creation.object() {
             let l = self.by_lifetime.get_or_insert_with(Lifetimes::default);
-            set(&mut l.five_minutes, c, "ephemeral_5m_input_tokens");
-            set(&mut l.one_hour, c, "ephemeral_1h_input_tokens");
+            set(&mut l.five_minutes, c.ephemeral_5m_input_tokens);
+            set(&mut l.one_hour, c.ephemeral_1h_input_tokens);
         }
-        set(
-            &mut self.web_searches,
-            &u["server_tool_use"],
-            "web_search_requests",
-        );
+        if let Some(s) = u.server_tool_use.object() {
+            set(&mut self.web_searches, s.web_search_requests);
+        }
     }
 
-    fn of(u: &Value) -> WireUsage {
+    /// The usage a member states; none when it is not an object.
+    fn of(u: &Member<MessageUsage>) -> WireUsage {
         let mut w = WireUsage::default();
-        w.merge(u);
+        if let Some(u) = u.object() {
+            w.merge(u);
+        }
         w
     }
 

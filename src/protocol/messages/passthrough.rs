@@ -3,11 +3,14 @@
 //! usage read on the way, and its cost added to the `message_delta` usage when the
 //! stream shows one.
 
+use super::wire::answer::StreamEvent;
 use super::{error_event, WireUsage, PATH};
+use crate::protocol::lenient::{Member, Text};
 use crate::protocol::{cost, sse};
 use crate::protocol::{
     RequestOptions, StreamContext, StreamTranslator, TranslateError, UpstreamRequest, Usage,
 };
+use serde::Deserialize;
 use serde_json::Value;
 
 pub fn request(body: Value, opts: &RequestOptions) -> UpstreamRequest {
@@ -26,10 +29,10 @@ pub fn response(body: &[u8], client_model: &str) -> Result<(Vec<u8>, Usage), Tra
     if obj.get("type").and_then(Value::as_str) != Some("message") {
         return Err(TranslateError::Shape("not a message"));
     }
-    let usage = obj
-        .get("usage")
-        .map(|u| WireUsage::of(u).to_usage())
-        .unwrap_or_default();
+    let usage = match obj.get("usage") {
+        Some(u) => WireUsage::of(&Member::deserialize(u)?).to_usage(),
+        None => Usage::default(),
+    };
     obj.insert("model".into(), Value::String(client_model.to_string()));
     Ok((serde_json::to_vec(&v)?, usage))
 }
@@ -84,17 +87,11 @@ impl Stream {
                     continue;
                 }
             };
-            let kind = parsed
-                .as_ref()
-                .and_then(|v| v.get("type"))
-                .and_then(Value::as_str)
-                .map(str::to_string);
-            // Usage counts for the bill even after the client's stream ended.
-            match (kind.as_deref(), parsed.as_ref()) {
-                (Some("message_start"), Some(v)) => self.usage.merge(&v["message"]["usage"]),
-                (Some("message_delta"), Some(v)) => self.usage.merge(&v["usage"]),
-                _ => {}
-            }
+            let Read {
+                kind,
+                delivered,
+                error_type,
+            } = self.read(parsed.as_ref());
             if self.failed {
                 continue;
             }
@@ -109,26 +106,51 @@ impl Stream {
                     }
                     data = Some(v.to_string());
                 }
-                (Some("content_block_start" | "content_block_delta"), Some(v)) => {
-                    self.delivered += content_bytes(v);
+                (Some("content_block_start" | "content_block_delta"), Some(_)) => {
+                    self.delivered += delivered;
                 }
                 (Some("message_delta"), Some(_)) => data = self.priced(&ev.data),
                 (Some("message_stop"), _) => self.done = true,
-                (Some("error"), Some(v)) => {
+                (Some("error"), Some(_)) => {
                     // Spec 7.2: the upstream's own text stays here; its error type (which
                     // the SDKs map to retry behaviour) goes through.
                     self.failed = true;
-                    let etype = v["error"]["type"].as_str().unwrap_or("api_error");
                     let message = format!(
                         "The upstream provider reported an error mid-stream. (request id: {})",
                         self.ctx.request_id
                     );
-                    let body = serde_json::json!({"type": "error", "error": {"type": etype, "message": message}});
+                    let body = serde_json::json!({"type": "error", "error": {"type": error_type, "message": message}});
                     data = Some(body.to_string());
                 }
                 _ => {}
             }
             sse::write_event(out, name.as_deref(), data.as_deref().unwrap_or(&ev.data));
+        }
+    }
+
+    /// Reads the members of an event the gateway acts on through its typed view, and
+    /// adds the usage it states to the bill (even after the client's stream ended).
+    fn read(&mut self, parsed: Option<&Value>) -> Read {
+        let e = parsed
+            .map(StreamEvent::deserialize)
+            .transpose()
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        let kind = e.kind.as_str().map(str::to_string);
+        let usage = match kind.as_deref() {
+            Some("message_start") => e.message.object().map(|m| &m.usage),
+            Some("message_delta") => Some(&e.usage),
+            _ => None,
+        };
+        if let Some(u) = usage.and_then(Member::object) {
+            self.usage.merge(u);
+        }
+        let error_type = e.error.object().and_then(|x| x.kind.as_str());
+        Read {
+            delivered: content_bytes(&e),
+            error_type: error_type.unwrap_or("api_error").to_string(),
+            kind,
         }
     }
 
@@ -143,21 +165,30 @@ impl Stream {
     }
 }
 
+/// What the gateway reads of one event.
+struct Read {
+    /// The data's `type` (the SDKs dispatch on it).
+    kind: Option<String>,
+    /// The generated text a block's start or delta carries.
+    delivered: u64,
+    /// An `error` event's type, which the SDKs map to retry behaviour.
+    error_type: String,
+}
+
 /// The generated text a block's start or delta carries: text, thinking, tool input.
-fn content_bytes(v: &Value) -> u64 {
-    let len = |v: &Value| v.as_str().map_or(0, str::len) as u64;
-    let d = &v["delta"];
-    let b = &v["content_block"];
-    let input = match b["input"].as_object() {
-        Some(o) if !o.is_empty() => b["input"].to_string().len() as u64,
-        _ => 0,
-    };
-    len(&d["text"])
-        + len(&d["thinking"])
-        + len(&d["partial_json"])
-        + len(&b["text"])
-        + len(&b["thinking"])
-        + input
+fn content_bytes(e: &StreamEvent<'_>) -> u64 {
+    let len = |t: &Text<'_>| t.as_str().map_or(0, str::len) as u64;
+    let delta = e.delta.object().map_or(0, |d| {
+        len(&d.text) + len(&d.thinking) + len(&d.partial_json)
+    });
+    let block = e.content_block.object().map_or(0, |b| {
+        let input = match b.input.as_object() {
+            Some(o) if !o.is_empty() => b.input.to_string().len() as u64,
+            _ => 0,
+        };
+        len(&b.text) + len(&b.thinking) + input
+    });
+    delta + block
 }
 
 impl StreamTranslator for Stream {

@@ -1,8 +1,10 @@
 //! Whole answers: a neutral response rendered as a messages response (client side), and
 //! a messages upstream's response parsed into a neutral one (upstream side).
 
+use super::wire::answer::{ContentBlock, Message};
 use super::{finish_reason, stop_reason, WireUsage};
 use crate::protocol::ir::{self, Part};
+use crate::protocol::lenient::{Member, Text};
 use crate::protocol::{ResponseContext, TranslateError};
 use serde_json::{json, Value};
 
@@ -87,49 +89,54 @@ impl CallIds {
 }
 
 pub fn parse(body: &[u8]) -> Result<ir::Response, TranslateError> {
-    let v: Value = serde_json::from_slice(body)?;
-    if !v.is_object() {
-        return Err(TranslateError::Shape("not an object"));
-    }
-    if v.get("type").and_then(Value::as_str) != Some("message") {
+    let v: Member<Message<'_>> = serde_json::from_slice(body)?;
+    let v = v.object().ok_or(TranslateError::Shape("not an object"))?;
+    if v.kind.as_str() != Some("message") {
         return Err(TranslateError::Shape("not a message"));
     }
-    let blocks = v["content"]
-        .as_array()
+    let blocks = v
+        .content
+        .0
+        .as_deref()
         .ok_or(TranslateError::Shape("no content"))?;
-    let str_of = |b: &Value, k: &str| b[k].as_str().unwrap_or("").to_string();
-    let content = blocks
-        .iter()
-        .filter_map(|b| match b["type"].as_str()? {
-            "text" => Some(Part::Text(str_of(b, "text"))),
-            "thinking" => Some(Part::Thinking {
-                text: str_of(b, "thinking"),
-                signature: b["signature"]
-                    .as_str()
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string),
-            }),
-            "redacted_thinking" => Some(Part::RedactedThinking(str_of(b, "data"))),
-            "tool_use" => Some(Part::ToolCall(ir::ToolCall {
-                id: str_of(b, "id"),
-                name: str_of(b, "name"),
-                arguments: match &b["input"] {
-                    Value::Null => "{}".to_string(),
-                    input => input.to_string(),
-                },
-                signature: None,
-            })),
-            // Server tool blocks only come from server tools, which are never sent.
-            _ => None,
-        })
-        .collect();
-    let finish = v["stop_reason"]
+    let content = blocks.iter().filter_map(block_part).collect();
+    let finish = v
+        .stop_reason
         .as_str()
-        .map(|r| finish_reason(r, v["stop_sequence"].as_str()));
+        .map(|r| finish_reason(r, v.stop_sequence.as_str()));
     Ok(ir::Response {
         content,
         finish,
-        usage: WireUsage::of(&v["usage"]).to_usage(),
+        usage: WireUsage::of(&v.usage).to_usage(),
+    })
+}
+
+/// A content block of an answer as a pivot part; `None` for the kinds the pivot has no
+/// part for.
+fn block_part(b: &ContentBlock<'_>) -> Option<Part> {
+    let str_of = |t: &Text<'_>| t.or_empty().to_string();
+    Some(match b.kind.as_str()? {
+        "text" => Part::Text(str_of(&b.text)),
+        "thinking" => Part::Thinking {
+            text: str_of(&b.thinking),
+            signature: b
+                .signature
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+        },
+        "redacted_thinking" => Part::RedactedThinking(str_of(&b.data)),
+        "tool_use" => Part::ToolCall(ir::ToolCall {
+            id: str_of(&b.id),
+            name: str_of(&b.name),
+            arguments: match &b.input {
+                Value::Null => "{}".to_string(),
+                input => input.to_string(),
+            },
+            signature: None,
+        }),
+        // Server tool blocks only come from server tools, which are never sent.
+        _ => return None,
     })
 }
 

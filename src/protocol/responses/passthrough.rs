@@ -4,11 +4,13 @@
 //! shown with its cost on the final response when the stream shows one).
 
 use super::stream::error_event_at;
+use super::wire::answer::{ResponseUsage, StreamEvent};
 use crate::protocol::cost;
 use crate::protocol::sse::{self, Decoder};
 use crate::protocol::{
     RequestOptions, StreamContext, StreamTranslator, TranslateError, UpstreamRequest, Usage,
 };
+use serde::Deserialize;
 use serde_json::Value;
 
 pub fn passthrough_request(body: Value, opts: &RequestOptions) -> UpstreamRequest {
@@ -23,24 +25,10 @@ pub fn passthrough_request(body: Value, opts: &RequestOptions) -> UpstreamReques
     }
 }
 
-/// Usage of a response object: the Responses API names (OpenAI API reference, the
-/// response object, `usage`: `input_tokens` includes `input_tokens_details.cached_tokens`,
-/// `output_tokens` includes `output_tokens_details.reasoning_tokens`), or spec 2.6's
-/// chat-style names when that is what the upstream sent.
+/// Usage of a response object, read through its typed view ([`ResponseUsage`], which
+/// says what each count is).
 pub(super) fn usage_of(u: &Value) -> Usage {
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
-    if u.get("input_tokens").is_some() || u.get("output_tokens").is_some() {
-        Usage {
-            input_tokens: n(&u["input_tokens"]),
-            output_tokens: n(&u["output_tokens"]),
-            cached_input_tokens: n(&u["input_tokens_details"]["cached_tokens"]),
-            cache_creation_input_tokens: n(&u["input_tokens_details"]["cache_write_tokens"]),
-            reasoning_tokens: n(&u["output_tokens_details"]["reasoning_tokens"]),
-            ..Usage::default()
-        }
-    } else {
-        crate::protocol::chat::usage_of(u)
-    }
+    ResponseUsage::deserialize(u).map_or_else(|_| Usage::default(), |u| u.to_usage())
 }
 
 /// A whole response (or compaction) object, shown with the client's model name.
@@ -129,17 +117,26 @@ impl Passthrough {
                     continue;
                 }
             };
+            // The members the gateway reads, typed; the event itself stays a tree (the
+            // model, an error's message and the cost are rewritten in it).
+            let Ok(read) = StreamEvent::deserialize(&v) else {
+                continue;
+            };
             let kind = ev
                 .event
                 .clone()
-                .or_else(|| v.get("type").and_then(Value::as_str).map(str::to_string));
+                .or_else(|| read.kind.as_str().map(str::to_string));
             let terminal = TERMINAL.contains(&kind.as_deref().unwrap_or(""));
+            let response_usage = read.response.object().and_then(|r| r.usage.object());
             if terminal {
                 // Usage counts for the bill even after the client's stream ended.
-                if let Some(u) = v["response"].get("usage").filter(|u| u.is_object()) {
-                    self.usage = usage_of(u);
+                if let Some(u) = response_usage {
+                    self.usage = u.to_usage();
                 }
             }
+            let sequence_number = read.sequence_number.0;
+            let delta = read.delta.as_str().map_or(0, str::len) as u64;
+            drop(read);
             // The final response's usage carries its cost (not a failure's: what a
             // broken answer is billed, the relay decides).
             if matches!(
@@ -153,21 +150,18 @@ impl Passthrough {
             if self.ended {
                 continue;
             }
-            if let Some(n) = v.get("sequence_number").and_then(Value::as_u64) {
+            if let Some(n) = sequence_number {
                 self.next_seq = self.next_seq.max(n.saturating_add(1));
             }
             if kind.as_deref() == Some("error") {
                 // Spec 7.2: the upstream's own words do not reach the client.
-                let seq = v
-                    .get("sequence_number")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(self.next_seq);
+                let seq = sequence_number.unwrap_or(self.next_seq);
                 out.extend_from_slice(&error_event_at(seq, &self.reported()));
                 self.ended = true;
                 continue;
             }
             if kind.as_deref().is_some_and(|k| k.ends_with(".delta")) {
-                self.delivered += v["delta"].as_str().map_or(0, str::len) as u64;
+                self.delivered += delta;
             }
             let reported = self.reported();
             let mut data = ev.data;

@@ -1,5 +1,8 @@
 //! The members of a responses request the gateway reads or changes, typed: the model and the
-//! output limit (`max_output_tokens`). Everything else rides in `rest`.
+//! output limit (`max_output_tokens`). Everything else rides in `rest`. The answer's views
+//! (usage, stream events) are in [`answer`].
+
+pub mod answer;
 
 use super::super::limit::{self, Limit};
 use serde::{Deserialize, Serialize};
@@ -11,7 +14,8 @@ pub const LIMIT_FIELD: &str = "max_output_tokens";
 /// A responses request, typed where the gateway acts on it.
 #[derive(Debug, Deserialize, Serialize)]
 pub struct Request<'a> {
-    #[serde(borrow, default, skip_serializing_if = "Option::is_none")]
+    #[serde(borrow, default, deserialize_with = "limit::borrowed")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<Cow<'a, str>>,
     #[serde(default, deserialize_with = "limit::present")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -39,8 +43,29 @@ pub fn output_limit(body: &Map<String, Value>) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::limit::testing::same_except;
+    use crate::protocol::limit::testing::{relayed, same_except, same_text_except};
     use serde_json::json;
+
+    /// A request naming every member the gateway acts on (model, `max_output_tokens`,
+    /// `stream`, tools and the tool choice): through the typed view, every member but the
+    /// limit keeps its text byte for byte; on the relay's path the whole body is the
+    /// client's text with only the limit lowered.
+    #[test]
+    fn every_member_the_gateway_acts_on_round_trips_as_written() {
+        let text = r#"{"model":"gpt-x","max_output_tokens":4000,"stream":true,"input":[{"role":"user","content":[{"type":"input_text","text":"hi é"}]}],"tools":[{"type":"function","name":"f","parameters":{"type":"object"}},{"type":"web_search"}],"tool_choice":"auto","reasoning":{"effort":"low","summary":"auto"},"store":false,"previous_response_id":null}"#;
+        let mut r: Request<'_> = serde_json::from_str(text).unwrap();
+        assert!(matches!(r.model, Some(Cow::Borrowed("gpt-x"))));
+        assert_eq!(r.output_limit(), Some(4000));
+        r.set_output_limit(100);
+        let out = serde_json::to_string(&r).unwrap();
+        same_text_except(text, &out, &[LIMIT_FIELD]);
+        let p = crate::protocol::Protocol::Responses;
+        assert_eq!(
+            relayed(p, text, 100, ""),
+            text.replace(r#""max_output_tokens":4000"#, r#""max_output_tokens":100"#)
+        );
+        assert_eq!(relayed(p, text, 5000, ""), text);
+    }
 
     fn capped(body: &Value, cap: u64) -> Value {
         let text = body.to_string();
