@@ -201,14 +201,16 @@ pub async fn respond(
         tracing::error!(status, "invalid response status");
         return;
     };
+    // A HEAD gets the GET's header, `content-length` included, and no body.
+    let head = session.req_header().method == http::Method::HEAD;
     if let Err(e) = session
-        .write_response_header(Box::new(h), body.is_empty())
+        .write_response_header(Box::new(h), body.is_empty() || head)
         .await
     {
         tracing::debug!(error = %e, "client gone before the response header");
         return;
     }
-    if !body.is_empty() {
+    if !body.is_empty() && !head {
         if let Err(e) = session.write_response_body(Some(body), true).await {
             tracing::debug!(error = %e, "client gone during the response body");
         }

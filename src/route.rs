@@ -91,6 +91,8 @@ pub fn route(method: &Method, path: &str) -> Result<Route, Refused> {
         path
     };
     let get = method == Method::GET;
+    // The local reads answer HEAD as GET (the proxy writes no body for it).
+    let read = get || method == Method::HEAD;
     let post = method == Method::POST;
     let only = |ok: bool, r: Route| {
         if ok {
@@ -110,10 +112,10 @@ pub fn route(method: &Method, path: &str) -> Result<Route, Refused> {
         compact: false,
     };
     match p {
-        "/v1/models" => only(get, Route::Models),
-        "/v1beta/models" => only(get, Route::GeminiModels),
-        "/api/usage/token" => only(get, Route::UsageToken),
-        "/api/log/token" => only(get, Route::LogToken),
+        "/v1/models" => only(read, Route::Models),
+        "/v1beta/models" => only(read, Route::GeminiModels),
+        "/api/usage/token" => only(read, Route::UsageToken),
+        "/api/log/token" => only(read, Route::LogToken),
         "/v1/chat/completions" => only(post, Route::Relay(relay(Protocol::Chat))),
         "/v1/messages" => only(post, Route::Relay(relay(Protocol::Messages))),
         "/v1/responses" => only(post, Route::Relay(relay(Protocol::Responses))),
@@ -176,7 +178,7 @@ fn gemini(method: &Method, rest: &str) -> Result<Route, Refused> {
     if rest.is_empty() || rest.contains('/') {
         return Err(Refused::NotFound);
     }
-    if method != Method::GET {
+    if method != Method::GET && method != Method::HEAD {
         return Err(Refused::MethodNotAllowed);
     }
     Ok(Route::GeminiModel(rest.to_string()))

@@ -64,6 +64,28 @@ async fn head_is_answered_wherever_get_is() {
     assert_eq!(same_as_get(&http, &admin("/admin/usage"), token).await, 200);
     assert_eq!(same_as_get(&http, &admin("/admin/keys"), None).await, 401);
     // A HEAD where only POST is served is refused as a GET would be.
+    // The client listener's reads, with the caller's key.
+    let client = |p: &str| format!("{}{p}", gw.base);
+    let k = Some(key.as_str());
+    assert_eq!(same_as_get(&http, &client("/v1/models"), k).await, 200);
+    assert_eq!(same_as_get(&http, &client("/v1beta/models"), k).await, 200);
+    assert_eq!(
+        same_as_get(&http, &client("/v1beta/models/demo"), k).await,
+        200
+    );
+    assert_eq!(
+        same_as_get(&http, &client("/api/usage/token"), k).await,
+        200
+    );
+    assert_eq!(same_as_get(&http, &client("/api/log/token"), k).await, 200);
+    assert_eq!(same_as_get(&http, &client("/v1/models"), None).await, 401);
+    let r = http
+        .head(client("/v1/chat/completions"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405, "HEAD where only POST is served");
     let r = http
         .head(admin("/admin/reload"))
         .bearer_auth(ADMIN_TOKEN)
@@ -71,5 +93,4 @@ async fn head_is_answered_wherever_get_is() {
         .await
         .unwrap();
     assert_eq!(r.status(), 405);
-    let _ = key;
 }
