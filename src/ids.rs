@@ -16,6 +16,19 @@ fn seed() -> u64 {
     u64::from_le_bytes(b) ^ t ^ 0x9E37_79B9_7F4A_7C15
 }
 
+/// FNV-1a: tiny, stable across builds and platforms (unlike the std hasher), and usable
+/// at compile time; for fingerprints and deterministic ids, never for secrets.
+pub const fn fnv1a(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < b.len() {
+        h ^= b[i] as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+        i += 1;
+    }
+    h
+}
+
 /// wyrand: fast, statistically good, not for secrets.
 pub fn fast_random() -> u64 {
     RNG.with(|s| {

@@ -35,14 +35,7 @@ struct Asset {
 
 /// FNV-1a, computed at compile time.
 const fn fingerprint(b: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut i = 0;
-    while i < b.len() {
-        h ^= b[i] as u64;
-        h = h.wrapping_mul(0x0100_0000_01b3);
-        i += 1;
-    }
-    h
+    crate::ids::fnv1a(b)
 }
 
 macro_rules! asset {

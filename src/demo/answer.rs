@@ -231,7 +231,7 @@ fn chat(body: &[u8], rate: u32) -> Reply {
         Some(Fault::Cut) => End::Cut,
         _ => End::Done,
     };
-    let id = format!("chatcmpl-demo{:016x}", fnv(body));
+    let id = format!("chatcmpl-demo{:016x}", crate::ids::fnv1a(body));
     let created = crate::ids::now_secs();
     if req.stream {
         let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
@@ -523,7 +523,7 @@ fn embeddings(body: &[u8]) -> Reply {
 
 /// A unit vector that depends only on the text: the same input embeds the same.
 fn vector(text: &str, dims: usize) -> Vec<f32> {
-    let mut state = fnv(text.as_bytes()) | 1;
+    let mut state = crate::ids::fnv1a(text.as_bytes()) | 1;
     let mut v: Vec<f32> = (0..dims)
         .map(|_| {
             // xorshift64
@@ -541,12 +541,6 @@ fn vector(text: &str, dims: usize) -> Vec<f32> {
         .max(f32::EPSILON);
     v.iter_mut().for_each(|x| *x /= norm);
     v
-}
-
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 #[cfg(test)]

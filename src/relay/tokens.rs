@@ -149,16 +149,16 @@ impl<'a> TokenRequest<'a> {
             .output_cost(per_choice.saturating_mul(self.choices))
     }
 
-    /// The body for `channel`, carrying the output limit the grant pays for.
+    /// The body for `channel` (in `self.upstream`, chosen for it), carrying the output
+    /// limit the grant pays for.
     fn upstream_body(
         &mut self,
         channel: &Channel,
         last: bool,
     ) -> Result<protocol::UpstreamRequest, GatewayError> {
-        let upstream_model = channel.upstream_model(&self.model);
-        let upstream = channel.upstream_protocol(self.client, upstream_model);
+        let upstream = self.upstream;
         let opts = RequestOptions {
-            upstream_model,
+            upstream_model: channel.upstream_model(&self.model),
             stream: self.stream,
             default_max_tokens: self.cap,
             chat_limit_field: channel.chat_limit_field,
@@ -215,9 +215,9 @@ impl Request for TokenRequest<'_> {
     }
 
     fn call(&mut self, channel: &Channel, last: bool) -> Result<Call, GatewayError> {
+        let model = channel.upstream_model(&self.model).to_string();
+        self.upstream = channel.upstream_protocol(self.client, &model);
         let req = self.upstream_body(channel, last)?;
-        let model = channel.upstream_model(&self.model);
-        self.upstream = channel.upstream_protocol(self.client, model);
         if let Some(config) = &self.channel_prices {
             self.billed_at = config.channel_price(&channel.name, &self.model).cloned();
         }
@@ -228,7 +228,7 @@ impl Request for TokenRequest<'_> {
             body: Bytes::from(req.body),
             content_type: "application/json".into(),
             stream: self.stream,
-            model: model.to_string(),
+            model,
             wire: Some(self.upstream),
         })
     }

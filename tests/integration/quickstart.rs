@@ -58,12 +58,15 @@ async fn the_readme_quick_start_answers_from_the_demo_model_without_a_provider_k
     let (c, a) = (client.local_addr().unwrap(), admin.local_addr().unwrap());
     let conf =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/conf/gateway.yaml")).unwrap();
-    // The example configuration with the addresses and the data directory this machine
-    // gives the test.
+    // The addresses the example configuration (and so the README) names, replaced by
+    // the ones this machine gives the test, with a data directory of its own.
+    let yaml: serde_yaml::Value = serde_yaml::from_str(&conf).unwrap();
+    let client_at = yaml["listen"].as_str().unwrap().to_string();
+    let admin_at = yaml["admin"]["listen"].as_str().unwrap().to_string();
     let sock = dir.path().join("upgrade.sock");
     let conf = conf
-        .replacen("listen: 127.0.0.1:8080", &format!("listen: {c}"), 1)
-        .replacen("listen: 127.0.0.1:8081", &format!("listen: {a}"), 1)
+        .replacen(&format!("listen: {client_at}"), &format!("listen: {c}"), 1)
+        .replacen(&format!("listen: {admin_at}"), &format!("listen: {a}"), 1)
         .replacen(
             "embedded: { path: ../data }",
             &format!(
@@ -83,8 +86,8 @@ async fn the_readme_quick_start_answers_from_the_demo_model_without_a_provider_k
 
     let sh = readme_block("Create a key, then call the gateway", "sh");
     let local = |cmd: &str| {
-        cmd.replace("127.0.0.1:8080", &c.to_string())
-            .replace("127.0.0.1:8081", &a.to_string())
+        cmd.replace(&client_at, &c.to_string())
+            .replace(&admin_at, &a.to_string())
             .replace("GATEWAY_ADMIN_TOKEN=... ", "")
             .replace(
                 "--config conf/gateway.yaml",
@@ -125,7 +128,7 @@ async fn the_readme_quick_start_answers_from_the_demo_model_without_a_provider_k
 
     // The README's Python example, with the command line's key.
     let py = readme_block("Create a key, then call the gateway", "python")
-        .replace("127.0.0.1:8080", &c.to_string())
+        .replace(&client_at, &c.to_string())
         .replace("sk-...", &cli_key);
     let python = std::env::var("MG_PYTHON").unwrap_or_else(|_| "python3".into());
     let out = Command::new(python).args(["-c", &py]).output().unwrap();
