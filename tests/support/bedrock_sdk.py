@@ -102,11 +102,17 @@ def test_chat_tools_round_trip(oai, stream):
     assert r.choices[0].message.content.startswith(HELLO)
 
 
-def test_chat_image(oai):
-    r = oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_image(oai, stream):
+    messages = [{"role": "user", "content": [
         {"type": "text", "text": "What is this?"},
-        {"type": "image_url", "image_url": {"url": PNG_URL}}]}])
-    assert "I see png:8." in r.choices[0].message.content
+        {"type": "image_url", "image_url": {"url": PNG_URL}}]}]
+    if stream:
+        chunks = oai.chat.completions.create(model=MODEL, messages=messages, stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        text = oai.chat.completions.create(model=MODEL, messages=messages).choices[0].message.content
+    assert "I see png:8." in text
 
 
 def test_chat_image_by_url_is_refused_cleanly(oai):
@@ -115,12 +121,22 @@ def test_chat_image_by_url_is_refused_cleanly(oai):
             {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}])
 
 
-def test_chat_reasoning(oai):
-    r = oai.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "think"}],
-        reasoning_effort="low", max_completion_tokens=4000)
-    assert r.choices[0].message.content.startswith(HELLO)
-    assert r.usage.completion_tokens == 42
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_reasoning(oai, stream):
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "think"}],
+              reasoning_effort="low", max_completion_tokens=4000)
+    if stream:
+        chunks = list(oai.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        thought = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                          for c in chunks if c.choices)
+        usage = chunks[-1].usage
+    else:
+        r = oai.chat.completions.create(**kw)
+        text, usage = r.choices[0].message.content, r.usage
+        thought = (r.choices[0].message.model_extra or {}).get("reasoning_content")
+    assert text.startswith(HELLO) and thought
+    assert usage.completion_tokens == 42
 
 
 def test_chat_vendor_error_and_throttling(oai):
@@ -188,11 +204,17 @@ def test_messages_thinking_and_tools_round_trip(ant, stream):
     assert r.content[0].type == "thinking"
 
 
-def test_messages_image(ant):
-    r = ant.messages.create(model=MODEL, max_tokens=100, messages=[{"role": "user", "content": [
+@pytest.mark.parametrize("stream", [False, True])
+def test_messages_image(ant, stream):
+    kw = dict(model=MODEL, max_tokens=100, messages=[{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                      "data": base64.b64encode(PNG).decode()}},
         {"type": "text", "text": "What is this?"}]}])
+    if stream:
+        with ant.messages.stream(**kw) as s:
+            r = s.get_final_message()
+    else:
+        r = ant.messages.create(**kw)
     assert "I see png:8." in r.content[0].text
 
 
@@ -231,16 +253,20 @@ def test_generate_content_tools(gen, stream):
     assert calls[0].name == "get_weather" and calls[0].args == {"city": "Paris"}
 
 
-def test_generate_content_image_and_thoughts(gen):
-    r = gen.models.generate_content(
-        model=MODEL, contents=[types.Part.from_bytes(data=PNG, mime_type="image/png"), "What is this?"])
-    assert "I see png:8." in r.text
-    r = gen.models.generate_content(model=MODEL, contents="think", config=types.GenerateContentConfig(
+@pytest.mark.parametrize("stream", [False, True])
+def test_generate_content_image_and_thoughts(gen, stream):
+    def parts(contents, config=None):
+        if not stream:
+            return gen.models.generate_content(model=MODEL, contents=contents, config=config).candidates[0].content.parts
+        return [p for c in gen.models.generate_content_stream(model=MODEL, contents=contents, config=config)
+                if c.candidates and c.candidates[0].content for p in c.candidates[0].content.parts or []]
+    said = parts([types.Part.from_bytes(data=PNG, mime_type="image/png"), "What is this?"])
+    assert "I see png:8." in "".join(p.text or "" for p in said)
+    said = parts("think", types.GenerateContentConfig(
         max_output_tokens=4000,
         thinking_config=types.ThinkingConfig(thinking_budget=2000, include_thoughts=True)))
-    parts = r.candidates[0].content.parts
-    assert any(p.thought for p in parts)
-    assert r.text.startswith(HELLO)
+    assert any(p.thought for p in said)
+    assert "".join(p.text or "" for p in said if not p.thought).startswith(HELLO)
 
 
 # ---- responses ----
@@ -268,13 +294,20 @@ def test_responses_tools(oai, stream):
     assert calls[0].name == "get_weather" and json.loads(calls[0].arguments) == {"city": "Paris"}
 
 
-def test_responses_image_and_reasoning(oai):
-    r = oai.responses.create(model=MODEL, input=[{"role": "user", "content": [
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_image_and_reasoning(oai, stream):
+    def respond(**kw):
+        if not stream:
+            return oai.responses.create(model=MODEL, **kw)
+        with oai.responses.stream(model=MODEL, **kw) as s:
+            for _ in s:
+                pass
+            return s.get_final_response()
+    r = respond(input=[{"role": "user", "content": [
         {"type": "input_text", "text": "What is this?"},
         {"type": "input_image", "image_url": PNG_URL}]}])
     assert "I see png:8." in r.output_text
-    r = oai.responses.create(model=MODEL, input="think", reasoning={"effort": "low"},
-                             max_output_tokens=4000)
+    r = respond(input="think", reasoning={"effort": "low"}, max_output_tokens=4000)
     assert r.output_text.startswith(HELLO)
     assert r.usage.output_tokens == 42
     assert any(o.type == "reasoning" for o in r.output)
