@@ -162,6 +162,28 @@ with oai.responses.stream(model="o4-mini-v1", input="hi", reasoning={"effort": "
     r = s.get_final_response()
 assert r.output[0].type == "reasoning" and r.usage.output_tokens_details.reasoning_tokens == 64, r
 
+# a vendor error and a throttled answer on streamed requests (a 429 and a cut stream
+# count toward the channel's circuit: an answered request after each keeps it closed)
+def answered(M):
+    assert oai.chat.completions.create(model=M, messages=user("hi")).choices[0].message.content == TEXT
+
+for M in ["gpt-4o", "gpt-4o-v1"]:
+    def streamed_message(prompt):
+        with ant.messages.stream(model=M, max_tokens=9, messages=user(prompt)) as s:
+            return s.get_final_message()
+    for kinds, call in [
+        ((openai.BadRequestError, openai.RateLimitError),
+         lambda p: list(oai.chat.completions.create(model=M, messages=user(p), stream=True))),
+        ((anthropic.BadRequestError, anthropic.RateLimitError), streamed_message),
+        ((genai.errors.ClientError, genai.errors.ClientError),
+         lambda p: list(gen.models.generate_content_stream(model=M, contents=p))),
+        ((openai.BadRequestError, openai.RateLimitError),
+         lambda p: list(oai.responses.create(model=M, input=p, stream=True))),
+    ]:
+        raises(kinds[0], lambda: call("VENDOR_ERROR"), 400)
+        raises(kinds[1], lambda: call("THROTTLE"), 429)
+        answered(M)
+
 # a stream Azure cuts after its first text: each SDK raises, after the text it got
 for M in ["gpt-4o", "gpt-4o-v1"]:
     got = []
@@ -172,20 +194,24 @@ for M in ["gpt-4o", "gpt-4o-v1"]:
     except openai.APIError as e:
         assert "request id" in str(e) and "Sorry" not in str(e), e
     assert "".join(got) and TEXT.startswith("".join(got)), got
+    answered(M)
     try:
         with ant.messages.stream(model=M, max_tokens=100, messages=user("STREAM_ERROR")) as s:
             got = "".join(s.text_stream)
         raise AssertionError("messages stream did not raise")
     except anthropic.APIError as e:
         assert "request id" in str(e), e
+    answered(M)
     try:
         got = "".join(c.text or "" for c in gen.models.generate_content_stream(model=M, contents="STREAM_ERROR"))
         raise AssertionError("generate-content stream did not raise")
     except genai.errors.APIError as e:
         assert "request id" in str(e), e
+    answered(M)
     try:
         list(oai.responses.create(model=M, input="STREAM_ERROR", stream=True))
         raise AssertionError("responses stream did not raise")
     except openai.APIError as e:
         assert "request id" in str(e), e
+    answered(M)
 print("ok")

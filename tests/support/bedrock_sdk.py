@@ -1,7 +1,8 @@
 """The official openai, anthropic and google-genai SDKs against a gateway whose model
 `claude-bedrock` is served by a `bedrock` channel (tests/support/bedrock_mock.py behind
 it): the four client protocols, streamed and not, with text, tools, an image, reasoning
-and prompt-cache usage, all through the Converse API. Run by
+and prompt-cache usage, a vendor error, a throttled answer and a stream that ends with an
+exception, all through the Converse API. Run by
 tests/integration/bedrock.rs, which reads the usage the mock reports from its docstring:
 inputTokens 25, outputTokens 12 (+30 with reasoning, +8 with a tool call), and with
 cache points 1000 cache reads and 200 cache writes."""
@@ -311,3 +312,55 @@ def test_responses_image_and_reasoning(oai, stream):
     assert r.output_text.startswith(HELLO)
     assert r.usage.output_tokens == 42
     assert any(o.type == "reasoning" for o in r.output)
+
+
+# ---- errors in every client protocol, streamed and not ----
+
+def ask_every_protocol(oai, ant, gen, stream, text):
+    """One request of each client protocol whose prompt is `text`, consumed whole."""
+    def chat():
+        r = oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": text}], stream=stream)
+        return list(r) if stream else r
+
+    def messages():
+        kw = dict(model=MODEL, max_tokens=100, messages=[{"role": "user", "content": text}])
+        if not stream:
+            return ant.messages.create(**kw)
+        with ant.messages.stream(**kw) as s:
+            return s.get_final_message()
+
+    def generate():
+        if not stream:
+            return gen.models.generate_content(model=MODEL, contents=text)
+        return list(gen.models.generate_content_stream(model=MODEL, contents=text))
+
+    def responses():
+        r = oai.responses.create(model=MODEL, input=text, stream=stream)
+        return list(r) if stream else r
+
+    return {"chat": chat, "messages": messages, "generate": generate, "responses": responses}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("protocol", ["chat", "messages", "generate", "responses"])
+def test_vendor_error_and_throttling_in_every_protocol(oai, ant, gen, stream, protocol):
+    kinds = {"chat": (openai.BadRequestError, openai.RateLimitError),
+             "responses": (openai.BadRequestError, openai.RateLimitError),
+             "messages": (anthropic.BadRequestError, anthropic.RateLimitError),
+             "generate": (genai.errors.ClientError, genai.errors.ClientError)}[protocol]
+    for text, kind, status in [("VENDOR_ERROR", kinds[0], 400), ("THROTTLE", kinds[1], 429)]:
+        with pytest.raises(kind) as e:
+            ask_every_protocol(oai, ant, gen, stream, text)[protocol]()
+        assert (getattr(e.value, "status_code", None) or e.value.code) == status
+        assert "temperature" not in str(e.value) and "Too many requests" not in str(e.value)
+    # A 429 counts toward the channel's circuit; an answered request keeps it closed.
+    oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.parametrize("protocol", ["chat", "messages", "generate", "responses"])
+def test_a_stream_exception_raises_in_every_protocol(oai, ant, gen, protocol):
+    kind = {"chat": openai.APIError, "responses": openai.APIError,
+            "messages": anthropic.APIError, "generate": genai.errors.APIError}[protocol]
+    with pytest.raises(kind) as e:
+        ask_every_protocol(oai, ant, gen, True, "STREAM_EXCEPTION")[protocol]()
+    assert "request id" in str(e.value) and "received 500" not in str(e.value)

@@ -165,11 +165,12 @@ def test_responses_tool_round_trip(oai, model, stream):
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_responses_vendor_error_and_throttling(oai, model):
+@pytest.mark.parametrize("stream", STREAM)
+def test_responses_vendor_error_and_throttling(oai, model, stream):
     with pytest.raises(openai.BadRequestError):
-        oai.responses.create(model=model, input="[vendor-error] hi")
+        respond(oai, stream, model=model, input="[vendor-error] hi")
     with pytest.raises(openai.RateLimitError):
-        oai.responses.create(model=model, input="[throttle] hi")
+        respond(oai, stream, model=model, input="[throttle] hi")
 
 
 # ---- messages ----
