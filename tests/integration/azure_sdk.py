@@ -150,9 +150,22 @@ for M in ["gpt-4o", "gpt-4o-v1"]:
             pass
         assert s.get_final_response().output_text == SEEN
 
-# reasoning: chat's reasoning_effort on a deployment, the Responses API's summary on v1
+# reasoning: each client's own ask on a deployment; the Responses API's summary on v1
 r = oai.chat.completions.create(model="o4-mini", messages=user("hi"), reasoning_effort="low")
 assert r.usage.completion_tokens_details.reasoning_tokens == 64 and r.usage.completion_tokens == 114, r.usage
+chunks = list(oai.chat.completions.create(model="o4-mini", messages=user("hi"), reasoning_effort="low",
+                                          stream=True, stream_options={"include_usage": True}))
+assert chunks[-1].usage.completion_tokens_details.reasoning_tokens == 64, chunks[-1]
+think = dict(model="o4-mini", max_tokens=4000, thinking={"type": "enabled", "budget_tokens": 2000}, messages=user("hi"))
+m = ant.messages.create(**think)
+assert m.content[-1].text == TEXT and m.usage.output_tokens == 114, m
+with ant.messages.stream(**think) as s:
+    assert s.get_final_message().usage.output_tokens == 114
+config = types.GenerateContentConfig(thinking_config=types.ThinkingConfig(thinking_budget=2000))
+r = gen.models.generate_content(model="o4-mini", contents="hi", config=config)
+assert r.text == TEXT and r.usage_metadata.thoughts_token_count == 64, r.usage_metadata
+chunks = list(gen.models.generate_content_stream(model="o4-mini", contents="hi", config=config))
+assert chunks[-1].usage_metadata.thoughts_token_count == 64, chunks[-1]
 r = oai.responses.create(model="o4-mini-v1", input="hi", reasoning={"effort": "low", "summary": "auto"})
 assert r.output[0].type == "reasoning" and r.output[0].summary[0].text == "Weighing the greeting.", r.output
 assert r.output_text == TEXT and r.usage.output_tokens_details.reasoning_tokens == 64, r
