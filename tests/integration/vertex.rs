@@ -241,7 +241,7 @@ async fn last_record(gw: &TestGateway, key: &str) -> Value {
 /// - Claude Sonnet 4.5: 1,000 × 3 + 2,000 × 0.30 + 500 × 3.75 + 5 × 15
 ///   = 3,000 + 600 + 1,875 + 75 µUSD.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vertex_usage_is_priced_like_the_first_party_api_with_cache_reads() {
+async fn vertex_usage_is_priced_like_the_first_party_api_with_cache_reads_and_writes() {
     let mock = VertexMock::start(Options::default()).await;
     let gw = TestGateway::start(&config(&both(&mock, "vx", "")), StoreKind::Embedded).await;
     let (key, id) = gw.create_key(json!({})).await;
