@@ -1,6 +1,7 @@
 //! Azure OpenAI channels against the mock resource of `tests/support/azure.rs`: the four
-//! client protocols through the official SDKs, both URL styles, media, the content
-//! filter's two refusals and billing (authentication: `azure_auth.rs`).
+//! client protocols through the official SDKs, both URL styles, media, images in, a
+//! reasoning deployment, errors and a stream cut mid-way, the content filter's two
+//! refusals, billing and the cap (authentication: `azure_auth.rs`).
 
 use crate::azure_mock::{self as azure, AzureMock, Options};
 use crate::gateway::{StoreKind, TestGateway};
@@ -26,6 +27,7 @@ pub async fn mock(lifetime: Duration) -> AzureMock {
             "dalle3".into(),
             "tts".into(),
             "whisper".into(),
+            "o4-mini-prod".into(),
         ],
         token_lifetime: lifetime,
     })
@@ -42,18 +44,20 @@ fn config(base: &str) -> String {
          \x20   base_url: \"{base}\"\n\
          \x20   api_version: \"2024-10-21\"\n\
          \x20   api_keys: [{KEY_1}, {KEY_2}]\n\
-         \x20   models: [gpt-4o, text-embedding-3-small, dall-e-3, tts-1, whisper-1, rerank-v1, missing]\n\
-         \x20   model_map: {{ gpt-4o: gpt4o-prod, text-embedding-3-small: embed-small, dall-e-3: dalle3, tts-1: tts, whisper-1: whisper, missing: no-such-deployment }}\n\
+         \x20   models: [gpt-4o, o4-mini, text-embedding-3-small, dall-e-3, tts-1, whisper-1, rerank-v1, missing]\n\
+         \x20   model_map: {{ gpt-4o: gpt4o-prod, o4-mini: o4-mini-prod, text-embedding-3-small: embed-small, dall-e-3: dalle3, tts-1: tts, whisper-1: whisper, missing: no-such-deployment }}\n\
          \x20 - name: az-v1\n\
          \x20   protocol: azure\n\
          \x20   base_url: \"{base}\"\n\
          \x20   api_version: v1\n\
          \x20   api_key: {KEY_1}\n\
          \x20   responses_api: true\n\
-         \x20   models: [gpt-4o-v1]\n\
-         \x20   model_map: {{ gpt-4o-v1: gpt4o-prod }}\n\
+         \x20   models: [gpt-4o-v1, o4-mini-v1]\n\
+         \x20   model_map: {{ gpt-4o-v1: gpt4o-prod, o4-mini-v1: o4-mini-prod }}\n\
          {}prices:\n{PRICE}\
          \x20 gpt-4o-v1: {{ input: 2.5, cached_input: 1.25, output: 10 }}\n\
+         \x20 o4-mini: {{ input: 1.1, cached_input: 0.275, output: 4.4 }}\n\
+         \x20 o4-mini-v1: {{ input: 1.1, cached_input: 0.275, output: 4.4 }}\n\
          \x20 missing: {{ input: 1, output: 1 }}\n\
          \x20 rerank-v1: {{ input: 2 }}\n\
          \x20 text-embedding-3-small: {{ input: 100 }}\n\
@@ -113,9 +117,10 @@ pub fn ask(
     }
 }
 
-/// The official SDKs, one Python run: text, tools and cache tokens of the four client
-/// protocols, streamed and not, a vendor error, a throttled answer and the content
-/// filter's refusals, each in the client's own terms.
+/// The official SDKs, one Python run: text, tools, images and cache tokens of the four
+/// client protocols, streamed and not, reasoning (chat's effort, the Responses API's
+/// summary), a vendor error, a throttled answer, the content filter's refusals and a
+/// stream Azure cuts, each in the client's own terms.
 const SDK_SCRIPT: &str = include_str!("azure_sdk.py");
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_sdks_reach_azure_through_every_client_protocol() {
@@ -409,4 +414,243 @@ async fn usage_is_priced_like_the_same_model_on_openai() {
     let rec = &log["data"][0];
     assert_eq!(rec["channel"], "az-v1", "{rec}");
     assert!(!rec["estimated"].as_bool().unwrap_or(false), "{rec}");
+}
+
+/// One reasoning request of `client`, asked in its own terms (chat `reasoning_effort`,
+/// messages `thinking`, generate-content `thinkingConfig`, responses `reasoning`).
+fn reasoning_request(
+    gw: &TestGateway,
+    client: Client,
+    model: &str,
+    stream: bool,
+    key: &str,
+) -> reqwest::RequestBuilder {
+    let mut body = match client {
+        Client::Chat => json!({"model": model, "stream": stream, "reasoning_effort": "low",
+            "max_completion_tokens": 4000, "messages": [{"role": "user", "content": "hi"}]}),
+        Client::Messages => json!({"model": model, "stream": stream, "max_tokens": 4000,
+            "thinking": {"type": "enabled", "budget_tokens": 2000},
+            "messages": [{"role": "user", "content": "hi"}]}),
+        Client::Gemini => json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "generationConfig": {"maxOutputTokens": 4000, "thinkingConfig": {"thinkingBudget": 2000}}}),
+        Client::Responses => json!({"model": model, "stream": stream, "input": "hi",
+            "max_output_tokens": 4000, "reasoning": {"effort": "low", "summary": "auto"}}),
+    };
+    if client == Client::Chat && stream {
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    ask(gw, client, model, stream, key, "hi").json(&body)
+}
+
+/// The reasoning tokens the client's answer reports, where its protocol has a place for
+/// them (messages counts them in `output_tokens`).
+fn reasoning_reported(client: Client, stream: bool, body: &str) -> Option<u64> {
+    let whole: Vec<Value> = if stream {
+        body.lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter_map(|d| serde_json::from_str(d.trim()).ok())
+            .collect()
+    } else {
+        vec![serde_json::from_str(body).unwrap()]
+    };
+    whole.iter().rev().find_map(|v| match client {
+        Client::Chat => v["usage"]["completion_tokens_details"]["reasoning_tokens"].as_u64(),
+        Client::Messages => v["usage"]["output_tokens"]
+            .as_u64()
+            .or(v["message"]["usage"]["output_tokens"].as_u64())
+            .filter(|n| *n > 1),
+        Client::Gemini => v["usageMetadata"]["thoughtsTokenCount"].as_u64(),
+        Client::Responses => v["usage"]["output_tokens_details"]["reasoning_tokens"]
+            .as_u64()
+            .or(v["response"]["usage"]["output_tokens_details"]["reasoning_tokens"].as_u64()),
+    })
+}
+
+/// A reasoning deployment (o4-mini) from every client protocol, streamed and not, on
+/// both URL styles: each client's reasoning ask reaches Azure as `reasoning_effort` (or
+/// the Responses API's `reasoning`) with `max_completion_tokens`, never the `max_tokens`
+/// reasoning models refuse; the hidden reasoning tokens come back where the client's
+/// protocol reports them and are billed as output at o4-mini's first-party price:
+/// 200 × 1.1 + 1,000 × 0.275 + 114 × 4.4 = 220 + 275 + 501.6 µUSD, 997 rounded up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reasoning_deployment_gets_each_clients_reasoning_ask_and_bills_its_tokens() {
+    let (up, gw, key, id) = setup().await;
+    let mut spent = 0;
+    for model in ["o4-mini", "o4-mini-v1"] {
+        for client in CLIENTS {
+            for stream in [false, true] {
+                let what = format!("{model} {client:?} stream {stream}");
+                let r = reasoning_request(&gw, client, model, stream, &key)
+                    .send()
+                    .await
+                    .unwrap();
+                let status = r.status().as_u16();
+                let body = r.text().await.unwrap();
+                assert_eq!(status, 200, "{what}: {body}");
+                let sent = up.up.last().json();
+                let native = model == "o4-mini-v1" && client == Client::Responses;
+                if native {
+                    assert_eq!(sent["reasoning"]["effort"], "low", "{what}: {sent}");
+                    assert_eq!(sent["max_output_tokens"], 4000, "{what}: {sent}");
+                } else {
+                    assert!(sent["reasoning_effort"].is_string(), "{what}: {sent}");
+                    assert!(sent["max_completion_tokens"].is_u64(), "{what}: {sent}");
+                }
+                assert!(sent.get("max_tokens").is_none(), "{what}: {sent}");
+                let expected = match client {
+                    Client::Messages => azure::COMPLETION_TOKENS + azure::REASONING_TOKENS,
+                    _ => azure::REASONING_TOKENS,
+                };
+                assert_eq!(
+                    reasoning_reported(client, stream, &body),
+                    Some(expected),
+                    "{what}: {body}"
+                );
+                if native {
+                    assert!(body.contains(azure::REASONING_SUMMARY), "{what}: {body}");
+                }
+                spent += 997;
+                assert_eq!(gw.used_micros(&id).await, spent, "{what}");
+            }
+        }
+    }
+}
+
+/// A stream Azure cuts after its first text (an `error` data event on chat completions,
+/// the Responses API's `error` event) ends every client's stream with its protocol's
+/// error event after the text already sent, on both URL styles, without Azure's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_azure_cuts_ends_each_clients_stream_with_its_error() {
+    let (_up, gw, key, _) = setup().await;
+    for model in ["gpt-4o", "gpt-4o-v1"] {
+        cut_streams_end_with_each_clients_error(
+            &gw,
+            &key,
+            (model, "STREAM_ERROR"),
+            "Hello from Azure",
+            &["Sorry about that"],
+        )
+        .await;
+    }
+}
+
+/// `model` asked `prompt`, streamed, from every client protocol: a stream the vendor cuts
+/// after some text ends with the client protocol's error event (with the request id),
+/// after text that begins `said`, without the vendor's `words`.
+pub async fn cut_streams_end_with_each_clients_error(
+    gw: &TestGateway,
+    key: &str,
+    (model, prompt): (&str, &str),
+    said: &str,
+    words: &[&str],
+) {
+    use crate::protocols::{ended_with_error, events, stream_text};
+    for client in CLIENTS {
+        let what = format!("{model} {client:?}");
+        let r = ask(gw, client, model, true, key, prompt)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{what}");
+        let evs = events(r).await;
+        let text = stream_text(client, &evs);
+        assert!(
+            !text.is_empty() && said.starts_with(&text),
+            "{what}: {evs:?}"
+        );
+        assert!(ended_with_error(client, &evs), "{what}: {evs:?}");
+        let shown = format!("{evs:?}");
+        for w in words {
+            assert!(!shown.contains(w), "{what}: {w} shown: {shown}");
+        }
+    }
+}
+
+/// An image Azure cannot read is the client's 400, without Azure's words (images it
+/// reads: the SDK run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_azure_cannot_read_is_the_clients_400() {
+    let (up, gw, key, _) = setup().await;
+    let url = "data:image/tiff;base64,SUkqAA==";
+    let body = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is this?"},
+        {"type": "image_url", "image_url": {"url": url}}]}]});
+    let (s, _, b) = gw.post("/v1/chat/completions", &key, &body).await;
+    assert_eq!(s, 400, "{b}");
+    assert!(!b.contains("Invalid image data"), "{b}");
+    let sent = up.up.last().json();
+    assert_eq!(sent["messages"][0]["content"][1]["image_url"]["url"], url);
+}
+
+/// A vendor's refusal (`vendor_error`'s prompt) and its throttling (`throttle`'s) reach
+/// every client protocol, streamed and not, as that client's 400 and 429 with the
+/// request id, without the vendor's `words`.
+pub async fn errors_reach_every_client(
+    gw: &TestGateway,
+    key: &str,
+    model: &str,
+    (vendor_error, throttle): (&str, &str),
+    words: &[&str],
+) {
+    for client in CLIENTS {
+        for stream in [false, true] {
+            for (prompt, status) in [(vendor_error, 400), (throttle, 429)] {
+                let what = format!("{model} {client:?} stream {stream} {prompt}");
+                let r = ask(gw, client, model, stream, key, prompt)
+                    .send()
+                    .await
+                    .unwrap();
+                let got = r.status().as_u16();
+                let body = r.text().await.unwrap();
+                assert_eq!(got, status, "{what}: {body}");
+                assert!(body.contains("(request id: "), "{what}: {body}");
+                for w in words {
+                    assert!(!body.contains(w), "{what}: {w} shown: {body}");
+                }
+                // A 429 counts toward the channel's circuit (consecutive failures): one
+                // answered request between them keeps it closed, as traffic would.
+                let r = ask(gw, client, model, false, key, "hi")
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200, "{what}: the channel still serves");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_errors_and_throttling_reach_every_client_streamed_and_not() {
+    let (_up, gw, key, _) = setup().await;
+    for model in ["gpt-4o", "gpt-4o-v1"] {
+        errors_reach_every_client(
+            &gw,
+            &key,
+            model,
+            ("VENDOR_ERROR", "THROTTLE"),
+            &["internal-host", "token rate limit", "S0 pricing tier"],
+        )
+        .await;
+    }
+}
+
+/// The cap tests' greedy model behind an Azure deployment (the same chat completions
+/// API, at the deployment's URL): the burst of `bedrock::the_cap_holds_against` cannot
+/// take the key past its cap, and every request went to the deployment with the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_holds_against_the_greedy_model_on_azure() {
+    use crate::greedy_upstream::{Behaviour, GreedyUpstream};
+    let up = GreedyUpstream::start(Behaviour::default()).await;
+    let channel = format!(
+        "  - {{ name: greedy, protocol: azure, base_url: \"{}\", api_version: \"2024-10-21\", api_key: {KEY_1}, models: [m], model_map: {{ m: greedy-prod }} }}\n",
+        up.base_url()
+    );
+    crate::bedrock::the_cap_holds_against(&up, &channel, &["m"]).await;
+    for r in up.mock.requests() {
+        assert_eq!(
+            r.path,
+            "/openai/deployments/greedy-prod/chat/completions?api-version=2024-10-21"
+        );
+        assert_eq!(r.header("api-key"), Some(KEY_1));
+    }
 }

@@ -2,9 +2,11 @@
 //! (`tests/support/bedrock_mock.py`, written from AWS's references), which recomputes
 //! every request's SigV4 signature with botocore and streams real event-stream frames.
 //! The four client protocols through the official SDKs (`tests/support/bedrock_sdk.py`),
-//! the errors a client sees, the signature a wrong secret makes, the bill and the cap.
+//! the errors a client sees, the signature a wrong secret makes, the bill, and the cap
+//! (against an over-reporting Bedrock and the cap tests' greedy model's Bedrock face).
 
 use crate::gateway::{error_of, StoreKind, TestGateway};
+use crate::greedy_upstream::{Behaviour, Face, GreedyUpstream, BEDROCK_API_KEY};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -269,7 +271,7 @@ async fn a_request_signed_with_a_wrong_secret_is_refused_upstream_and_sanitized(
 }
 
 /// The key's newest usage record, once it has `count` of them.
-async fn records(gw: &TestGateway, key: &str, count: usize) -> Vec<Value> {
+pub async fn records(gw: &TestGateway, key: &str, count: usize) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (s, log) = gw.get("/api/log/token?limit=100", key).await;
@@ -285,6 +287,18 @@ async fn records(gw: &TestGateway, key: &str, count: usize) -> Vec<Value> {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The key's charge is within `cap` and its `answered` records add up to it.
+async fn charged_within(gw: &TestGateway, key: &str, id: &str, cap: i64, answered: usize) {
+    let recs = records(gw, key, answered).await;
+    let logged: i64 = recs
+        .iter()
+        .map(|r| r["cost_micro_usd"].as_i64().unwrap())
+        .sum();
+    let used = gw.used_micros(id).await;
+    assert!(used <= cap, "charged {used} µUSD on a cap of {cap}");
+    assert_eq!(logged, used, "the records add up to the charge");
 }
 
 /// Worked out by hand from `PRICES`: 25 input at 3, 1,000 cache reads at 0.3, 200
@@ -355,14 +369,7 @@ async fn the_cap_holds_when_bedrock_over_reports() {
         }
     }
     assert!(answered >= 1);
-    let recs = records(&gw, &key, answered).await;
-    let logged: i64 = recs
-        .iter()
-        .map(|r| r["cost_micro_usd"].as_i64().unwrap())
-        .sum();
-    let used = gw.used_micros(&id).await;
-    assert!(used <= cap, "charged {used} µUSD on a cap of {cap}");
-    assert_eq!(logged, used, "the records add up to the charge");
+    charged_within(&gw, &key, &id, cap, answered).await;
     // Every request that reached Bedrock named an output limit the key could pay for.
     let seen = mock.seen().await;
     assert_eq!(seen.len(), answered, "{seen:?}");
@@ -425,4 +432,98 @@ fn check_config_names_the_bedrock_options_and_reads_the_environment() {
         let (ok, said) = check(&channel);
         assert!(!ok && said.contains(path), "{path}: {said}");
     }
+}
+
+/// The cap tests' greedy model (it writes its own maximum, 50,000 tokens, when a request
+/// names no output limit) behind the channel of `cfg`, serving `models`: a burst of
+/// every client protocol, streamed and not, none naming a limit where its protocol lets
+/// it leave one out, on a key with a $0.05 cap. Input 1 and output 2 µUSD per token:
+/// one unbounded answer (100,000 µUSD) would be twice the cap. Afterwards the charge is
+/// within the cap, the records add up to it, and every request that reached the model
+/// carried an output limit the key could pay for.
+pub async fn the_cap_holds_against(up: &GreedyUpstream, channel: &str, models: &[&str]) {
+    use crate::protocols::{Client, CLIENTS};
+    let cfg = format!("channels:\n{channel}prices:\n");
+    let cfg = models.iter().fold(cfg, |c, m| {
+        c + &format!("  {m}: {{ input: 1.0, output: 2.0 }}\n")
+    });
+    let gw = TestGateway::start(&cfg, StoreKind::Embedded).await;
+    let cap = 50_000;
+    let (key, id) = gw.create_key(json!({"quota_usd": 0.05})).await;
+    let mut sends = Vec::new();
+    for model in models {
+        for client in CLIENTS {
+            for stream in [false, true] {
+                let mut req = crate::azure::ask(&gw, client, model, stream, &key, "hi");
+                if client == Client::Messages {
+                    // Messages requires a limit: the model's own maximum.
+                    req = req.json(
+                        &json!({"model": model, "stream": stream, "max_tokens": 50_000,
+                        "messages": [{"role": "user", "content": "hi"}]}),
+                    );
+                }
+                sends.push(async move {
+                    let r = req.send().await.unwrap();
+                    let status = r.status().as_u16();
+                    (status, r.text().await.unwrap())
+                });
+            }
+        }
+    }
+    let answers = futures_util::future::join_all(sends).await;
+    let mut answered = 0;
+    for (status, body) in &answers {
+        match status {
+            200 => answered += 1,
+            // insufficient_quota (messages: a permission_error saying so)
+            403 => assert!(body.contains("quota"), "{body}"),
+            s => panic!("unexpected {s}: {body}"),
+        }
+    }
+    assert!(answered >= 1, "{answers:?}");
+    charged_within(&gw, &key, &id, cap, answered).await;
+    let asked = up.asked();
+    assert_eq!(asked.len(), answered, "{asked:?}");
+    for a in &asked {
+        let limit = a
+            .limit()
+            .unwrap_or_else(|| panic!("no output limit: {a:?}"));
+        assert!(limit as i64 * 2 <= cap, "{a:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_holds_against_the_greedy_model_on_bedrock() {
+    let up = GreedyUpstream::start_as(Face::Bedrock, Behaviour::default()).await;
+    let channel = format!(
+        "  - {{ name: greedy, protocol: bedrock, base_url: \"{}\", region: {REGION}, api_key: {BEDROCK_API_KEY}, models: [m], model_map: {{ m: \"{MODEL_ID}\" }} }}\n",
+        up.base_url()
+    );
+    the_cap_holds_against(&up, &channel, &["m"]).await;
+    assert!(up.asked().iter().any(|a| a.stream), "a stream reached it");
+}
+
+/// Bedrock's ValidationException and ThrottlingException reach every client protocol,
+/// streamed and not; a ConverseStream that ends with `modelStreamErrorException` ends
+/// every client's stream with its protocol's error event after the text already sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_and_a_failed_stream_reach_every_client_protocol() {
+    let mock = BedrockMock::start(&[]);
+    let (gw, key, _) = gateway(&mock, &sigv4(SECRET_KEY)).await;
+    crate::azure::errors_reach_every_client(
+        &gw,
+        &key,
+        "claude-bedrock",
+        ("VENDOR_ERROR", "THROTTLE"),
+        &["temperature", "Too many requests", "ValidationException"],
+    )
+    .await;
+    crate::azure::cut_streams_end_with_each_clients_error(
+        &gw,
+        &key,
+        ("claude-bedrock", "STREAM_EXCEPTION"),
+        "Hello from Bedrock.",
+        &["received 500", "modelStreamErrorException"],
+    )
+    .await;
 }

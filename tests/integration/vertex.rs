@@ -1,7 +1,10 @@
 //! `vertex` channels against the Vertex AI mock (tests/support/vertex_mock.py), which
 //! verifies the service account's JWT with its public key, issues expiring tokens and
 //! refuses a request without a live one: the four client protocols through the official
-//! SDKs, token renewal, a token endpoint that fails, billing and the cap.
+//! SDKs (images, reasoning and cache tokens included), errors and a stream cut mid-way in
+//! every client protocol, token renewal, a token endpoint that fails, billing with cache
+//! reads and writes, and the cap (against an over-reporting Vertex and the cap tests'
+//! greedy model's Vertex face).
 
 use crate::gateway::{StoreKind, TestGateway};
 use crate::vertex_mock::{python, Options, VertexMock};
@@ -230,24 +233,31 @@ async fn last_record(gw: &TestGateway, key: &str) -> Value {
 }
 
 /// Usage on Vertex AI is priced like the same model on its first-party API, cache reads
-/// at their own rate, whole and streamed. By hand from `PRICES` and the mock's usage
-/// (1,000 uncached input tokens, 2,000 cache reads, 5 output tokens):
+/// and writes at their own rates, whole and streamed. By hand from `PRICES` and the
+/// mock's usage (1,000 uncached input tokens, 2,000 cache reads, for Claude 500 cache
+/// writes, 5 output tokens):
 /// - Gemini 2.5 Flash: 1,000 × 0.30 + 2,000 × 0.03 + 5 × 2.50 = 300 + 60 + 12.5 µUSD,
 ///   372.5 rounded up to 373;
-/// - Claude Sonnet 4.5: 1,000 × 3 + 2,000 × 0.30 + 5 × 15 = 3,000 + 600 + 75 µUSD.
+/// - Claude Sonnet 4.5: 1,000 × 3 + 2,000 × 0.30 + 500 × 3.75 + 5 × 15
+///   = 3,000 + 600 + 1,875 + 75 µUSD.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn vertex_usage_is_priced_like_the_first_party_api_with_cache_reads() {
+async fn vertex_usage_is_priced_like_the_first_party_api_with_cache_reads_and_writes() {
     let mock = VertexMock::start(Options::default()).await;
     let gw = TestGateway::start(&config(&both(&mock, "vx", "")), StoreKind::Embedded).await;
     let (key, id) = gw.create_key(json!({})).await;
     let pico = |usd_per_m: f64| (usd_per_m * 1_000_000.0).round() as u64;
     let mut spent = 0;
-    for (model, micros, rates) in [
-        ("gemini-2.5-flash", 373, (0.30, 0.03, 2.50)),
-        ("claude-on-vertex", 3_675, (3.0, 0.30, 15.0)),
+    for (model, prompt, micros, rates) in [
+        ("gemini-2.5-flash", "[cache] hi", 373, (0.30, 0.03, 2.50)),
+        (
+            "claude-on-vertex",
+            "[cache][cache-write] hi",
+            5_550,
+            (3.0, 0.30, 15.0),
+        ),
     ] {
         for stream in [false, true] {
-            let (s, b) = ask(&gw, &key, model, stream, "[cache] hi").await;
+            let (s, b) = ask(&gw, &key, model, stream, prompt).await;
             assert_eq!(s, 200, "{b}");
             let rec = last_record(&gw, &key).await;
             assert_eq!(rec["channel"], "vx");
@@ -269,6 +279,11 @@ async fn vertex_usage_is_priced_like_the_first_party_api_with_cache_reads() {
             assert_eq!(lines["input"], (1000, pico(rates.0)), "{rec}");
             assert_eq!(lines["cached_input"], (2000, pico(rates.1)), "{rec}");
             assert_eq!(lines["output"], (5, pico(rates.2)), "{rec}");
+            if model == "claude-on-vertex" {
+                assert_eq!(lines["cache_write"], (500, pico(3.75)), "{rec}");
+            } else {
+                assert!(!lines.contains_key("cache_write"), "{rec}");
+            }
             spent += micros;
         }
     }
@@ -378,4 +393,112 @@ async fn a_revoked_token_is_replaced_after_one_refusal() {
     let stats = mock.stats().await;
     assert_eq!(stats["grants"], 2, "{stats}");
     assert_eq!(stats["refused_unknown"], 1, "{stats}");
+}
+
+/// A stream Vertex AI cuts after its first text (Google's `{"error": ...}` event on the
+/// Gemini stream, Anthropic's `event: error` on Claude's) ends each client's stream with
+/// that client protocol's own error event, after the text already sent, with the
+/// request id and without the vendor's words; the circuit does not count it against
+/// the request that follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_fails_midway_ends_each_clients_stream_with_its_error() {
+    let mock = VertexMock::start(Options::default()).await;
+    let gw = TestGateway::start(&config(&both(&mock, "vx", "")), StoreKind::Embedded).await;
+    let (key, _) = gw.create_key(json!({})).await;
+    for (model, said) in [
+        ("gemini-2.5-flash", "Hello from Vertex Gemini."),
+        ("claude-on-vertex", "Hello from Vertex Claude."),
+    ] {
+        crate::azure::cut_streams_end_with_each_clients_error(
+            &gw,
+            &key,
+            (model, "[stream-error] hi"),
+            said,
+            &["Overloaded", "Internal error"],
+        )
+        .await;
+    }
+    let (s, b) = ask(&gw, &key, "gemini-2.5-flash", true, "hi").await;
+    assert_eq!(s, 200, "{b}");
+}
+
+/// An image in each client protocol's own form reaches Gemini as `inlineData` and
+/// Claude as a base64 image block (the mock decodes it and says what it saw); one Gemini
+/// does not read (TIFF) is the client's 400, without Vertex's words.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_in_reaches_gemini_and_claude_and_a_refused_one_is_the_clients_400() {
+    let mock = VertexMock::start(Options::default()).await;
+    let gw = TestGateway::start(&config(&both(&mock, "vx", "")), StoreKind::Embedded).await;
+    let (key, _) = gw.create_key(json!({})).await;
+    let image = |mime: &str| {
+        json!({"model": "gemini-2.5-flash", "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": format!("data:{mime};base64,iVBORw0KGgo=")}}]}]})
+    };
+    let (s, _, b) = gw
+        .post("/v1/chat/completions", &key, &image("image/png"))
+        .await;
+    assert_eq!(s, 200, "{b}");
+    assert!(b.contains("I see image/png:8."), "{b}");
+    let (s, _, b) = gw
+        .post("/v1/chat/completions", &key, &image("image/tiff"))
+        .await;
+    assert_eq!(s, 400, "{b}");
+    assert!(!b.contains("Unsupported MIME type"), "{b}");
+}
+
+/// The cap tests' greedy model behind a Vertex AI face, as Gemini and as Claude (tokens
+/// from the Vertex mock, which verifies the service account's JWT): the burst of
+/// `bedrock::the_cap_holds_against` cannot take the key past its cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cap_holds_against_the_greedy_model_on_vertex() {
+    use crate::greedy_upstream::{Behaviour, Face, GreedyUpstream};
+    let tokens = VertexMock::start(Options::default()).await;
+    let claude_map = format!(", model_map: {{ claude-greedy: \"{CLAUDE_ON_VERTEX}\" }}");
+    for (model, map, publisher) in [
+        (
+            "gemini-greedy",
+            "",
+            "/publishers/google/models/gemini-greedy:".to_string(),
+        ),
+        (
+            "claude-greedy",
+            claude_map.as_str(),
+            format!("/publishers/anthropic/models/{CLAUDE_ON_VERTEX}:"),
+        ),
+    ] {
+        let up = GreedyUpstream::start_as(Face::Vertex, Behaviour::default()).await;
+        let channel = format!(
+            "  - {{ name: greedy, protocol: vertex, base_url: \"{}\", project: {}, location: {}, credentials_file: \"{}\", models: [{model}]{map} }}\n",
+            up.base_url(),
+            crate::vertex_mock::PROJECT,
+            crate::vertex_mock::LOCATION,
+            tokens.key_file.display()
+        );
+        crate::bedrock::the_cap_holds_against(&up, &channel, &[model]).await;
+        let asked = up.asked();
+        assert!(
+            asked.iter().all(|a| a.path.contains(&publisher)),
+            "{asked:?}"
+        );
+    }
+}
+
+/// Vertex AI's `INVALID_ARGUMENT` and `RESOURCE_EXHAUSTED` reach every client protocol,
+/// streamed and not, for Gemini and Claude, as the client's 400 and 429.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vertex_errors_and_throttling_reach_every_client_streamed_and_not() {
+    let mock = VertexMock::start(Options::default()).await;
+    let gw = TestGateway::start(&config(&both(&mock, "vx", "")), StoreKind::Embedded).await;
+    let (key, _) = gw.create_key(json!({})).await;
+    for model in ["gemini-2.5-flash", "claude-on-vertex"] {
+        crate::azure::errors_reach_every_client(
+            &gw,
+            &key,
+            model,
+            ("[vendor-error] hi", "[throttle] hi"),
+            &["Resource exhausted", "error-code-429", "invalid argument"],
+        )
+        .await;
+    }
 }

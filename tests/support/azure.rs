@@ -18,10 +18,26 @@
 //! - "Microsoft identity platform and the OAuth 2.0 client credentials flow": the token
 //!   request form and its answer (`token_type`, `expires_in`, `access_token`), and the
 //!   error answer (`error`, `error_description`).
+//! - "Use vision-enabled chat models" (Azure OpenAI how-to): images as `image_url`
+//!   content parts, a URL or a `data:image/...;base64,` URL; the Responses API's
+//!   `input_image` parts.
+//! - "Azure OpenAI reasoning models": o-series deployments take `reasoning_effort`
+//!   (`low`, `medium`, `high`) and `max_completion_tokens`, refuse `max_tokens` with 400
+//!   `unsupported_parameter`, count the hidden reasoning in
+//!   `completion_tokens_details.reasoning_tokens` (part of `completion_tokens`), and in
+//!   the Responses API answer a `reasoning` item with its `summary` when
+//!   `reasoning.summary` asks for one.
+//! - OpenAI's streaming reference (which Azure follows): a stream that fails after it
+//!   started sends one more `data:` event holding an `error` object and stops without
+//!   `[DONE]`; the Responses API's stream sends an `error` event (`type`, `code`,
+//!   `message`, `param`, `sequence_number`).
 //!
 //! Markers in the prompt choose the answer: `FILTER_PROMPT` (the 400 refusal),
 //! `FILTER_OUTPUT` (a completion cut by the filter), `THROTTLE` (429), `VENDOR_ERROR`
-//! (400 `invalid_request_error`); a request with `tools` is answered with a tool call.
+//! (400 `invalid_request_error`), `STREAM_ERROR` (a stream that fails after its first
+//! text); a request with `tools` is answered with a tool call, one with images says
+//! what it saw (`I see image/png:8.`: each image's type and decoded size). Deployments
+//! named `o4-mini*` are the mock's reasoning model.
 #![allow(dead_code)]
 
 use crate::mock_upstream::{End, MockUpstream, Recorded, Reply};
@@ -41,6 +57,10 @@ pub const SCOPE: &str = "https://cognitiveservices.azure.com/.default";
 pub const PROMPT_TOKENS: u64 = 1200;
 pub const CACHED_TOKENS: u64 = 1000;
 pub const COMPLETION_TOKENS: u64 = 50;
+/// Reasoning tokens a reasoning deployment adds to its completion tokens.
+pub const REASONING_TOKENS: u64 = 64;
+/// The summary of a reasoning deployment's reasoning (Responses API).
+pub const REASONING_SUMMARY: &str = "Weighing the greeting.";
 
 pub struct Options {
     /// Resource keys accepted in `api-key`.
@@ -138,7 +158,7 @@ fn reply(o: &Options, s: &State, r: &Recorded) -> Reply {
         );
     }
     match op.as_str() {
-        "chat/completions" => chat(&r.json()),
+        "chat/completions" => chat(&deployment, &r.json()),
         "responses" => responses(&deployment, &r.json()),
         "embeddings" => Reply::json(
             200,
@@ -248,12 +268,102 @@ fn filters() -> Value {
     json!({"hate": safe, "self_harm": safe, "sexual": safe, "violence": safe})
 }
 
-fn usage() -> Value {
-    json!({"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS,
-           "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS,
+fn usage(reasoning: u64) -> Value {
+    let completion = COMPLETION_TOKENS + reasoning;
+    json!({"prompt_tokens": PROMPT_TOKENS, "completion_tokens": completion,
+           "total_tokens": PROMPT_TOKENS + completion,
            "prompt_tokens_details": {"cached_tokens": CACHED_TOKENS, "audio_tokens": 0},
-           "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
+           "completion_tokens_details": {"reasoning_tokens": reasoning, "audio_tokens": 0,
                "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}})
+}
+
+/// A deployment of the mock's reasoning model.
+fn reasons(deployment: &str) -> bool {
+    deployment.starts_with("o4-mini")
+}
+
+/// What the request's images are (`image/png:8`), or the 400 Azure answers for one it
+/// cannot read.
+fn images(body: &Value) -> Result<Vec<String>, Reply> {
+    use base64::Engine;
+    let mut urls = Vec::new();
+    let mut walk = vec![&body["messages"], &body["input"]];
+    while let Some(v) = walk.pop() {
+        match v {
+            Value::Array(a) => walk.extend(a.iter().rev()),
+            Value::Object(o) => match o.get("type").and_then(Value::as_str) {
+                Some("image_url") => urls.push(o["image_url"]["url"].as_str().unwrap_or("")),
+                Some("input_image") => urls.push(o["image_url"].as_str().unwrap_or("")),
+                _ => walk.extend(o.values()),
+            },
+            _ => {}
+        }
+    }
+    let invalid = || {
+        Reply::json(
+            400,
+            json!({"error": {"message": "Invalid image data.", "type": "invalid_request_error",
+                   "param": null, "code": "invalid_image"}}),
+        )
+    };
+    urls.into_iter()
+        .map(|url| {
+            let Some(data) = url.strip_prefix("data:") else {
+                return if url.starts_with("https://") {
+                    Ok("url".to_string())
+                } else {
+                    Err(invalid())
+                };
+            };
+            let (mime, b64) = data.split_once(";base64,").ok_or_else(invalid)?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|_| invalid())?;
+            if !["image/png", "image/jpeg", "image/gif", "image/webp"].contains(&mime) {
+                return Err(invalid());
+            }
+            Ok(format!("{mime}:{}", bytes.len()))
+        })
+        .collect()
+}
+
+/// The answer's text: the greeting, and what the images were.
+fn answer_text(body: &Value) -> Result<String, Reply> {
+    let seen = images(body)?;
+    Ok(if seen.is_empty() {
+        "Hello from Azure".to_string()
+    } else {
+        format!("Hello from Azure. I see {}.", seen.join(", "))
+    })
+}
+
+/// The refusal a marker or a parameter asks for, or what the answer is made of: the
+/// reasoning tokens (a reasoning deployment's) and the text.
+fn answerable(deployment: &str, body: &Value) -> Result<(u64, String), Reply> {
+    if let Some(r) = marked(body) {
+        return Err(r);
+    }
+    let reasoning = if reasons(deployment) {
+        if let Some(r) = unsupported(body) {
+            return Err(r);
+        }
+        REASONING_TOKENS
+    } else {
+        0
+    };
+    Ok((reasoning, answer_text(body)?))
+}
+
+/// The 400 a reasoning deployment answers for a parameter it does not take.
+fn unsupported(body: &Value) -> Option<Reply> {
+    let param = ["max_tokens", "temperature", "top_p"]
+        .into_iter()
+        .find(|p| body.get(*p).is_some_and(|v| !v.is_null()))?;
+    Some(Reply::json(
+        400,
+        json!({"error": {"message": format!("Unsupported parameter: '{param}' is not supported with this model."),
+               "type": "invalid_request_error", "param": param, "code": "unsupported_parameter"}}),
+    ))
 }
 
 /// Every text of the request's messages.
@@ -304,18 +414,20 @@ fn marked(body: &Value) -> Option<Reply> {
     None
 }
 
-fn chat(body: &Value) -> Reply {
-    if let Some(r) = marked(body) {
-        return r;
-    }
+fn chat(deployment: &str, body: &Value) -> Reply {
+    let (reasoning, greeting) = match answerable(deployment, body) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
     let cut = prompt(body).contains("FILTER_OUTPUT");
+    let fail = prompt(body).contains("STREAM_ERROR");
     let tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
     let call = json!({"id": "call_az1", "type": "function",
                       "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}});
     let (text, finish) = match (cut, tools) {
         (true, _) => ("Here is how", "content_filter"),
         (false, true) => ("", "tool_calls"),
-        (false, false) => ("Hello from Azure", "stop"),
+        (false, false) => (greeting.as_str(), "stop"),
     };
     let prompt_filters = json!([{"prompt_index": 0, "content_filter_results": filters()}]);
     let mut output_filters = filters();
@@ -335,7 +447,7 @@ fn chat(body: &Value) -> Reply {
                    "prompt_filter_results": prompt_filters,
                    "choices": [{"index": 0, "message": message, "logprobs": null,
                                 "finish_reason": finish, "content_filter_results": output_filters}],
-                   "usage": usage()}),
+                   "usage": usage(reasoning)}),
         );
     }
     let chunk = |choices: Value| {
@@ -361,6 +473,12 @@ fn chat(body: &Value) -> Reply {
         for piece in text.split_inclusive(' ') {
             events.push(chunk(json!([{"index": 0, "delta": {"content": piece},
                 "finish_reason": null, "content_filter_results": filters()}])));
+            if fail {
+                events.push(json!({"error": {"message": "The server had an error processing your request. Sorry about that! You can retry your request, or contact us through an Azure support request at: https://go.microsoft.com/fwlink/?linkid=2213926 if you keep seeing this error.",
+                    "type": "server_error", "param": null, "code": null}}));
+                let events: Vec<String> = events.iter().map(Value::to_string).collect();
+                return Reply::sse(&events, Duration::ZERO, End::Clean);
+            }
         }
     }
     events.push(chunk(
@@ -369,7 +487,7 @@ fn chat(body: &Value) -> Reply {
     ));
     if body["stream_options"]["include_usage"] == json!(true) {
         let mut u = chunk(json!([]));
-        u["usage"] = usage();
+        u["usage"] = usage(reasoning);
         events.push(u);
     }
     let mut events: Vec<String> = events.iter().map(Value::to_string).collect();
@@ -377,58 +495,131 @@ fn chat(body: &Value) -> Reply {
     Reply::sse(&events, Duration::ZERO, End::Clean)
 }
 
-/// The Responses API ("Azure OpenAI Responses API"): the response object, or its events.
+/// The Responses API ("Azure OpenAI Responses API", and OpenAI's "Streaming events" reference
+/// for the order of the events): the response object, or its events.
 fn responses(deployment: &str, body: &Value) -> Reply {
-    if let Some(r) = marked(body) {
-        return r;
-    }
+    let (reasoning, text) = match answerable(deployment, body) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let output_tokens = COMPLETION_TOKENS + reasoning;
     let usage = json!({"input_tokens": PROMPT_TOKENS, "input_tokens_details": {"cached_tokens": CACHED_TOKENS},
-                       "output_tokens": COMPLETION_TOKENS, "output_tokens_details": {"reasoning_tokens": 0},
-                       "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS});
-    let message = json!({"id": "msg_az1", "type": "message", "status": "completed", "role": "assistant",
-        "content": [{"type": "output_text", "text": "Hello from Azure", "annotations": []}]});
+                       "output_tokens": output_tokens, "output_tokens_details": {"reasoning_tokens": reasoning},
+                       "total_tokens": PROMPT_TOKENS + output_tokens});
+    // The reasoning item comes first, with a summary only when one is asked for; then
+    // the message, or with `tools` a function call.
+    let mut output = Vec::new();
+    if reasoning > 0 {
+        let summary = if body["reasoning"]["summary"].is_string() {
+            json!([{"type": "summary_text", "text": REASONING_SUMMARY}])
+        } else {
+            json!([])
+        };
+        output.push(json!({"id": "rs_az1", "type": "reasoning", "encrypted_content": null, "summary": summary}));
+    }
+    let tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    output.push(if tools {
+        json!({"id": "fc_az1", "type": "function_call", "status": "completed", "call_id": "call_az1",
+               "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"})
+    } else {
+        json!({"id": "msg_az1", "type": "message", "status": "completed", "role": "assistant",
+               "content": [{"type": "output_text", "text": text, "annotations": []}]})
+    });
     let response = |status: &str, output: Value, usage: Value| {
         json!({"id": "resp_az1", "object": "response", "created_at": 1_700_000_000,
                "status": status, "model": deployment, "output": output, "usage": usage,
                "error": null, "incomplete_details": null})
     };
     if body["stream"] != json!(true) {
-        return Reply::json(200, response("completed", json!([message]), usage));
+        return Reply::json(200, response("completed", json!(output), usage));
     }
-    let events = [
-        (
-            "response.created",
-            json!({"type": "response.created", "sequence_number": 0,
-            "response": response("in_progress", json!([]), Value::Null)}),
-        ),
-        (
+    // The Responses API's streaming events, in order; `sequence_number` counts them.
+    let fail = prompt(body).contains("STREAM_ERROR");
+    let mut events: Vec<(&str, Value)> = vec![(
+        "response.created",
+        json!({"response": response("in_progress", json!([]), Value::Null)}),
+    )];
+    for (at, item) in output.iter().enumerate() {
+        let id = item["id"].clone();
+        let mut opened = item.clone();
+        match item["type"].as_str() {
+            Some("message") => opened["content"] = json!([]),
+            Some("function_call") => opened["arguments"] = json!(""),
+            _ => opened["summary"] = json!([]),
+        }
+        opened["status"] = json!("in_progress");
+        events.push((
             "response.output_item.added",
-            json!({"type": "response.output_item.added", "sequence_number": 1,
-            "output_index": 0, "item": {"id": "msg_az1", "type": "message", "status": "in_progress",
-            "role": "assistant", "content": []}}),
-        ),
-        (
-            "response.output_text.delta",
-            json!({"type": "response.output_text.delta", "sequence_number": 2,
-            "item_id": "msg_az1", "output_index": 0, "content_index": 0, "delta": "Hello from Azure"}),
-        ),
-        (
+            json!({"output_index": at, "item": opened}),
+        ));
+        let at_part = |extra: Value| {
+            let mut v = json!({"item_id": id, "output_index": at, "content_index": 0});
+            v.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            v
+        };
+        match item["type"].as_str() {
+            Some("message") => {
+                let part =
+                    |text: &str| json!({"type": "output_text", "text": text, "annotations": []});
+                events.push((
+                    "response.content_part.added",
+                    at_part(json!({"part": part("")})),
+                ));
+                events.push((
+                    "response.output_text.delta",
+                    at_part(json!({"delta": text})),
+                ));
+                if fail {
+                    events.push((
+                        "error",
+                        json!({"code": "server_error", "param": null,
+                               "message": "The server had an error while processing your request. Sorry about that!"}),
+                    ));
+                    break;
+                }
+                events.push(("response.output_text.done", at_part(json!({"text": text}))));
+                events.push((
+                    "response.content_part.done",
+                    at_part(json!({"part": part(&text)})),
+                ));
+            }
+            Some("function_call") => {
+                let args = item["arguments"].clone();
+                events.push((
+                    "response.function_call_arguments.delta",
+                    json!({"item_id": id, "output_index": at, "delta": args}),
+                ));
+                events.push((
+                    "response.function_call_arguments.done",
+                    json!({"item_id": id, "output_index": at, "arguments": args}),
+                ));
+            }
+            _ => {}
+        }
+        events.push((
             "response.output_item.done",
-            json!({"type": "response.output_item.done", "sequence_number": 3,
-            "output_index": 0, "item": message}),
-        ),
-        (
+            json!({"output_index": at, "item": item}),
+        ));
+    }
+    if !fail {
+        events.push((
             "response.completed",
-            json!({"type": "response.completed", "sequence_number": 4,
-            "response": response("completed", json!([message]), usage)}),
-        ),
-    ];
+            json!({"response": response("completed", json!(output), usage)}),
+        ));
+    }
     Reply::Chunked {
         status: 200,
         content_type: "text/event-stream".into(),
         pieces: events
-            .iter()
-            .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n").into_bytes())
+            .into_iter()
+            .enumerate()
+            .map(|(n, (name, mut data))| {
+                data["type"] = json!(name);
+                data["sequence_number"] = json!(n);
+                format!("event: {name}\ndata: {data}\n\n").into_bytes()
+            })
             .collect(),
         interval: Duration::ZERO,
         end: End::Clean,

@@ -1,7 +1,8 @@
 """The official openai, anthropic and google-genai SDKs against a gateway whose model
 `claude-bedrock` is served by a `bedrock` channel (tests/support/bedrock_mock.py behind
 it): the four client protocols, streamed and not, with text, tools, an image, reasoning
-and prompt-cache usage, all through the Converse API. Run by
+and prompt-cache usage, a vendor error, a throttled answer and a stream that ends with an
+exception, all through the Converse API. Run by
 tests/integration/bedrock.rs, which reads the usage the mock reports from its docstring:
 inputTokens 25, outputTokens 12 (+30 with reasoning, +8 with a tool call), and with
 cache points 1000 cache reads and 200 cache writes."""
@@ -102,11 +103,17 @@ def test_chat_tools_round_trip(oai, stream):
     assert r.choices[0].message.content.startswith(HELLO)
 
 
-def test_chat_image(oai):
-    r = oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_image(oai, stream):
+    messages = [{"role": "user", "content": [
         {"type": "text", "text": "What is this?"},
-        {"type": "image_url", "image_url": {"url": PNG_URL}}]}])
-    assert "I see png:8." in r.choices[0].message.content
+        {"type": "image_url", "image_url": {"url": PNG_URL}}]}]
+    if stream:
+        chunks = oai.chat.completions.create(model=MODEL, messages=messages, stream=True)
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    else:
+        text = oai.chat.completions.create(model=MODEL, messages=messages).choices[0].message.content
+    assert "I see png:8." in text
 
 
 def test_chat_image_by_url_is_refused_cleanly(oai):
@@ -115,12 +122,22 @@ def test_chat_image_by_url_is_refused_cleanly(oai):
             {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}])
 
 
-def test_chat_reasoning(oai):
-    r = oai.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "think"}],
-        reasoning_effort="low", max_completion_tokens=4000)
-    assert r.choices[0].message.content.startswith(HELLO)
-    assert r.usage.completion_tokens == 42
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_reasoning(oai, stream):
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "think"}],
+              reasoning_effort="low", max_completion_tokens=4000)
+    if stream:
+        chunks = list(oai.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kw))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        thought = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                          for c in chunks if c.choices)
+        usage = chunks[-1].usage
+    else:
+        r = oai.chat.completions.create(**kw)
+        text, usage = r.choices[0].message.content, r.usage
+        thought = (r.choices[0].message.model_extra or {}).get("reasoning_content")
+    assert text.startswith(HELLO) and thought
+    assert usage.completion_tokens == 42
 
 
 def test_chat_vendor_error_and_throttling(oai):
@@ -188,11 +205,17 @@ def test_messages_thinking_and_tools_round_trip(ant, stream):
     assert r.content[0].type == "thinking"
 
 
-def test_messages_image(ant):
-    r = ant.messages.create(model=MODEL, max_tokens=100, messages=[{"role": "user", "content": [
+@pytest.mark.parametrize("stream", [False, True])
+def test_messages_image(ant, stream):
+    kw = dict(model=MODEL, max_tokens=100, messages=[{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                      "data": base64.b64encode(PNG).decode()}},
         {"type": "text", "text": "What is this?"}]}])
+    if stream:
+        with ant.messages.stream(**kw) as s:
+            r = s.get_final_message()
+    else:
+        r = ant.messages.create(**kw)
     assert "I see png:8." in r.content[0].text
 
 
@@ -231,16 +254,20 @@ def test_generate_content_tools(gen, stream):
     assert calls[0].name == "get_weather" and calls[0].args == {"city": "Paris"}
 
 
-def test_generate_content_image_and_thoughts(gen):
-    r = gen.models.generate_content(
-        model=MODEL, contents=[types.Part.from_bytes(data=PNG, mime_type="image/png"), "What is this?"])
-    assert "I see png:8." in r.text
-    r = gen.models.generate_content(model=MODEL, contents="think", config=types.GenerateContentConfig(
+@pytest.mark.parametrize("stream", [False, True])
+def test_generate_content_image_and_thoughts(gen, stream):
+    def parts(contents, config=None):
+        if not stream:
+            return gen.models.generate_content(model=MODEL, contents=contents, config=config).candidates[0].content.parts
+        return [p for c in gen.models.generate_content_stream(model=MODEL, contents=contents, config=config)
+                if c.candidates and c.candidates[0].content for p in c.candidates[0].content.parts or []]
+    said = parts([types.Part.from_bytes(data=PNG, mime_type="image/png"), "What is this?"])
+    assert "I see png:8." in "".join(p.text or "" for p in said)
+    said = parts("think", types.GenerateContentConfig(
         max_output_tokens=4000,
         thinking_config=types.ThinkingConfig(thinking_budget=2000, include_thoughts=True)))
-    parts = r.candidates[0].content.parts
-    assert any(p.thought for p in parts)
-    assert r.text.startswith(HELLO)
+    assert any(p.thought for p in said)
+    assert "".join(p.text or "" for p in said if not p.thought).startswith(HELLO)
 
 
 # ---- responses ----
@@ -268,13 +295,72 @@ def test_responses_tools(oai, stream):
     assert calls[0].name == "get_weather" and json.loads(calls[0].arguments) == {"city": "Paris"}
 
 
-def test_responses_image_and_reasoning(oai):
-    r = oai.responses.create(model=MODEL, input=[{"role": "user", "content": [
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_image_and_reasoning(oai, stream):
+    def respond(**kw):
+        if not stream:
+            return oai.responses.create(model=MODEL, **kw)
+        with oai.responses.stream(model=MODEL, **kw) as s:
+            for _ in s:
+                pass
+            return s.get_final_response()
+    r = respond(input=[{"role": "user", "content": [
         {"type": "input_text", "text": "What is this?"},
         {"type": "input_image", "image_url": PNG_URL}]}])
     assert "I see png:8." in r.output_text
-    r = oai.responses.create(model=MODEL, input="think", reasoning={"effort": "low"},
-                             max_output_tokens=4000)
+    r = respond(input="think", reasoning={"effort": "low"}, max_output_tokens=4000)
     assert r.output_text.startswith(HELLO)
     assert r.usage.output_tokens == 42
     assert any(o.type == "reasoning" for o in r.output)
+
+
+# ---- errors in every client protocol, streamed and not ----
+
+def ask_every_protocol(oai, ant, gen, stream, text):
+    """One request of each client protocol whose prompt is `text`, consumed whole."""
+    def chat():
+        r = oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": text}], stream=stream)
+        return list(r) if stream else r
+
+    def messages():
+        kw = dict(model=MODEL, max_tokens=100, messages=[{"role": "user", "content": text}])
+        if not stream:
+            return ant.messages.create(**kw)
+        with ant.messages.stream(**kw) as s:
+            return s.get_final_message()
+
+    def generate():
+        if not stream:
+            return gen.models.generate_content(model=MODEL, contents=text)
+        return list(gen.models.generate_content_stream(model=MODEL, contents=text))
+
+    def responses():
+        r = oai.responses.create(model=MODEL, input=text, stream=stream)
+        return list(r) if stream else r
+
+    return {"chat": chat, "messages": messages, "generate": generate, "responses": responses}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("protocol", ["chat", "messages", "generate", "responses"])
+def test_vendor_error_and_throttling_in_every_protocol(oai, ant, gen, stream, protocol):
+    kinds = {"chat": (openai.BadRequestError, openai.RateLimitError),
+             "responses": (openai.BadRequestError, openai.RateLimitError),
+             "messages": (anthropic.BadRequestError, anthropic.RateLimitError),
+             "generate": (genai.errors.ClientError, genai.errors.ClientError)}[protocol]
+    for text, kind, status in [("VENDOR_ERROR", kinds[0], 400), ("THROTTLE", kinds[1], 429)]:
+        with pytest.raises(kind) as e:
+            ask_every_protocol(oai, ant, gen, stream, text)[protocol]()
+        assert (getattr(e.value, "status_code", None) or e.value.code) == status
+        assert "temperature" not in str(e.value) and "Too many requests" not in str(e.value)
+    # A 429 counts toward the channel's circuit; an answered request keeps it closed.
+    oai.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+
+
+@pytest.mark.parametrize("protocol", ["chat", "messages", "generate", "responses"])
+def test_a_stream_exception_raises_in_every_protocol(oai, ant, gen, protocol):
+    kind = {"chat": openai.APIError, "responses": openai.APIError,
+            "messages": anthropic.APIError, "generate": genai.errors.APIError}[protocol]
+    with pytest.raises(kind) as e:
+        ask_every_protocol(oai, ant, gen, True, "STREAM_EXCEPTION")[protocol]()
+    assert "request id" in str(e.value) and "received 500" not in str(e.value)

@@ -1,9 +1,11 @@
 """The official openai, anthropic and google-genai SDKs against a gateway whose models are
 served by `vertex` channels (tests/support/vertex_mock.py): a Gemini model and a Claude
 model, each from the four client protocols, streamed and not: text, tools (a round trip),
-reasoning, cache reads, a vendor error and a throttled answer. Run by
-tests/integration/vertex.rs with pytest (one run per test)."""
+an image, reasoning, cache reads (and Claude's cache writes), a vendor error, a throttled
+answer and a stream that fails after it started. Run by tests/integration/vertex.rs with
+pytest (one run per test)."""
 
+import base64
 import json
 import os
 
@@ -24,6 +26,11 @@ TEXT = {
 MODELS = list(TEXT)
 STREAM = [False, True]
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+PNG = b"\x89PNG\r\n\x1a\n"
+PNG_B64 = base64.b64encode(PNG).decode()
+PNG_URL = "data:image/png;base64," + PNG_B64
+SEEN = " I see image/png:8."
+THOUGHT = "Thinking it over."
 
 
 @pytest.fixture
@@ -134,24 +141,36 @@ def test_responses_text_and_cache_reads(oai, model, stream):
     assert r.usage.input_tokens_details.cached_tokens == 2000
 
 
+def respond(oai, stream, **kw):
+    """The whole response, from the stream's final event when streamed."""
+    if not stream:
+        return oai.responses.create(**kw)
+    with oai.responses.stream(**kw) as s:
+        for _ in s:
+            pass
+        return s.get_final_response()
+
+
 @pytest.mark.parametrize("model", MODELS)
-def test_responses_tool_round_trip(oai, model):
+@pytest.mark.parametrize("stream", STREAM)
+def test_responses_tool_round_trip(oai, model, stream):
     tools = [{"type": "function", "name": "get_weather", "parameters": SCHEMA}]
-    r = oai.responses.create(model=model, input="[tool] Weather in Paris?", tools=tools)
+    r = respond(oai, stream, model=model, input="[tool] Weather in Paris?", tools=tools)
     calls = [o for o in r.output if o.type == "function_call"]
     assert calls[0].name == "get_weather" and json.loads(calls[0].arguments) == {"city": "Paris"}
     follow = [{"role": "user", "content": "[tool] Weather in Paris?"}]
     follow += [o.model_dump(exclude_none=True) for o in r.output]
     follow.append({"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny"})
-    assert oai.responses.create(model=model, input=follow, tools=tools).output_text == ANSWER
+    assert respond(oai, stream, model=model, input=follow, tools=tools).output_text == ANSWER
 
 
 @pytest.mark.parametrize("model", MODELS)
-def test_responses_vendor_error_and_throttling(oai, model):
+@pytest.mark.parametrize("stream", STREAM)
+def test_responses_vendor_error_and_throttling(oai, model, stream):
     with pytest.raises(openai.BadRequestError):
-        oai.responses.create(model=model, input="[vendor-error] hi")
+        respond(oai, stream, model=model, input="[vendor-error] hi")
     with pytest.raises(openai.RateLimitError):
-        oai.responses.create(model=model, input="[throttle] hi")
+        respond(oai, stream, model=model, input="[throttle] hi")
 
 
 # ---- messages ----
@@ -266,3 +285,134 @@ def test_generate_content_vendor_error_and_throttling(gen, model, stream):
     with pytest.raises(genai_errors.ClientError) as e:
         generate(gen, model, stream, "[throttle] hi")
     assert e.value.code == 429
+
+
+# ---- images, reasoning, cache writes and failed streams, in each client protocol ----
+
+
+def chat_stream_until_error(oai, model):
+    """The text a chat stream delivered before the SDK raised."""
+    text = ""
+    with pytest.raises(openai.APIError) as e:
+        for c in oai.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "[stream-error] hi"}], stream=True
+        ):
+            text += (c.choices[0].delta.content or "") if c.choices else ""
+    return text, e.value
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("stream", STREAM)
+def test_chat_image(oai, model, stream):
+    content = [{"type": "text", "text": "What is this?"}, {"type": "image_url", "image_url": {"url": PNG_URL}}]
+    text, _, finish, _ = chat(oai, model, stream, [{"role": "user", "content": content}])
+    assert (text, finish) == (TEXT[model] + SEEN, "stop")
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("stream", STREAM)
+def test_chat_reasoning(oai, model, stream):
+    messages = [{"role": "user", "content": "[think] hi"}]
+    if stream:
+        thought, text = "", ""
+        for c in oai.chat.completions.create(model=model, messages=messages, stream=True):
+            if c.choices:
+                thought += (c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+                text += c.choices[0].delta.content or ""
+    else:
+        m = oai.chat.completions.create(model=model, messages=messages).choices[0].message
+        thought, text = (m.model_extra or {}).get("reasoning_content"), m.content
+    assert (thought, text) == (THOUGHT, TEXT[model])
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_chat_stream_that_fails_midway_raises(oai, model):
+    text, error = chat_stream_until_error(oai, model)
+    assert TEXT[model].startswith(text) and text, text
+    assert "request id" in str(error) and "Overloaded" not in str(error) and "INTERNAL" not in str(error)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("stream", STREAM)
+def test_responses_image_and_reasoning(oai, model, stream):
+    image = [{"role": "user", "content": [
+        {"type": "input_text", "text": "What is this?"}, {"type": "input_image", "image_url": PNG_URL}]}]
+    for given, said in [(image, TEXT[model] + SEEN), ("[think] hi", TEXT[model])]:
+        r = respond(oai, stream, model=model, input=given)
+        assert r.output_text == said and r.status == "completed"
+    reasoning = [o for o in r.output if o.type == "reasoning"]
+    assert reasoning and reasoning[0].summary[0].text == THOUGHT, r.output
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_responses_stream_that_fails_midway_raises(oai, model):
+    deltas = []
+    with pytest.raises(openai.APIError) as e:
+        for ev in oai.responses.create(model=model, input="[stream-error] hi", stream=True):
+            if ev.type == "response.output_text.delta":
+                deltas.append(ev.delta)
+    assert deltas and TEXT[model].startswith("".join(deltas))
+    assert "request id" in str(e.value)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("stream", STREAM)
+def test_messages_image(ant, model, stream):
+    content = [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_B64}},
+        {"type": "text", "text": "What is this?"},
+    ]
+    r = message(ant, model, stream, [{"role": "user", "content": content}])
+    assert "".join(b.text for b in r.content if b.type == "text") == TEXT[model] + SEEN
+
+
+@pytest.mark.parametrize("stream", STREAM)
+def test_messages_cache_writes_on_claude(ant, stream):
+    r = message(ant, "claude-on-vertex", stream, [{"role": "user", "content": "[cache][cache-write] hi"}])
+    u = r.usage
+    assert (u.input_tokens, u.cache_read_input_tokens, u.cache_creation_input_tokens) == (1000, 2000, 500)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_messages_stream_that_fails_midway_raises(ant, model):
+    text = ""
+    with pytest.raises(anthropic.APIError) as e:
+        with ant.messages.stream(
+            model=model, max_tokens=100, messages=[{"role": "user", "content": "[stream-error] hi"}]
+        ) as s:
+            for t in s.text_stream:
+                text += t
+    assert text and TEXT[model].startswith(text), text
+    assert "request id" in str(e.value)
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("stream", STREAM)
+def test_generate_content_image(gen, model, stream):
+    contents = [types.Part.from_bytes(data=PNG, mime_type="image/png"), "What is this?"]
+    text, _, _ = generate(gen, model, stream, contents)
+    assert text == TEXT[model] + SEEN
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("stream", STREAM)
+def test_generate_content_reasoning(gen, model, stream):
+    config = types.GenerateContentConfig(thinking_config=types.ThinkingConfig(include_thoughts=True))
+    if stream:
+        parts = [p for c in gen.models.generate_content_stream(model=model, contents="[think] hi", config=config)
+                 if c.candidates and c.candidates[0].content for p in c.candidates[0].content.parts or []]
+    else:
+        r = gen.models.generate_content(model=model, contents="[think] hi", config=config)
+        parts = r.candidates[0].content.parts
+    assert "".join(p.text for p in parts if p.thought) == THOUGHT
+    assert "".join(p.text or "" for p in parts if not p.thought) == TEXT[model]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_generate_content_stream_that_fails_midway_raises(gen, model):
+    text = ""
+    with pytest.raises(genai_errors.APIError) as e:
+        for c in gen.models.generate_content_stream(model=model, contents="[stream-error] hi"):
+            text += c.text or ""
+    assert text and TEXT[model].startswith(text), text
+    assert "request id" in str(e.value)

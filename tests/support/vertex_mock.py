@@ -20,12 +20,26 @@ Google's published references (not from the gateway's code):
   `anthropic_version: "vertex-2023-10-16"` and without `model`, and answer as the
   Messages API does (Anthropic's "Messages" and "Streaming Messages" references).
 - Google Cloud's error model ("API design guide: Errors"): `{error: {code, message,
-  status}}`, 401 `UNAUTHENTICATED`, 400 `INVALID_ARGUMENT`, 429 `RESOURCE_EXHAUSTED`.
+  status}}`, 401 `UNAUTHENTICATED`, 400 `INVALID_ARGUMENT`, 429 `RESOURCE_EXHAUSTED`;
+  a stream that fails after it started ends with one more `data:` event holding that
+  error object (`{"error": {...}}`), as the google-genai SDK's stream reader expects.
+- Vertex AI "Content" and "Part" (cloud.google.com/vertex-ai/docs/reference/rest/v1/
+  Content): an image travels as `inlineData: {mimeType, data}` (`data` base64); the
+  image MIME types of "Image understanding" (image/png, image/jpeg, image/webp,
+  image/heic, image/heif); anything else is 400 `INVALID_ARGUMENT`.
+- Anthropic's "Vision" (image blocks `{type: image, source: {type: base64, media_type,
+  data}}`, media types image/jpeg, image/png, image/gif, image/webp), "Prompt caching"
+  (`cache_creation_input_tokens`, `cache_read_input_tokens`) and "Streaming Messages"
+  (an `event: error` with `{type: error, error: {type: overloaded_error, ...}}` can
+  arrive mid-stream).
 
-Every prompt counts 1,000 input tokens (plus 2,000 cache reads with `[cache]`) and every
-answer 5 output tokens (or `--over-report`). Faults and features are asked for by a marker in the prompt's text: `[vendor-error]`,
-`[throttle]`, `[tool]` (a tool call; a turn carrying the tool's result gets the answer),
-`[think]` (reasoning), `[cache]` (cache reads).
+Every prompt counts 1,000 input tokens (plus 2,000 cache reads with `[cache]`, and for
+Claude 500 cache writes with `[cache-write]`) and every answer 5 output tokens (or
+`--over-report`). Faults and features are asked for by a marker in the prompt's text:
+`[vendor-error]`, `[throttle]`, `[stream-error]` (a stream that fails after its first
+text), `[tool]` (a tool call; a turn carrying the tool's result gets the answer),
+`[think]` (reasoning), `[cache]` (cache reads), `[cache-write]`. A prompt with images
+is answered "I see image/png:8." (each image's type and decoded size).
 
 Usage: vertex_mock.py --public-key PEM --client-email E --kid K --project P
     --location L [--token-lifetime S] [--token-fail] [--over-report N]
@@ -34,6 +48,8 @@ Prints its port on stdout, then serves until killed. `GET /stats` counts what it
 """
 
 import argparse
+import base64
+import binascii
 import json
 import secrets
 import sys
@@ -48,6 +64,23 @@ SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 GRANT = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 VERTEX_VERSION = "vertex-2023-10-16"
 ANSWER = "The weather in Paris is sunny."
+GEMINI_IMAGE_TYPES = {"image/png", "image/jpeg", "image/webp", "image/heic", "image/heif"}
+CLAUDE_IMAGE_TYPES = {"image/jpeg", "image/png", "image/gif", "image/webp"}
+
+
+class Invalid(Exception):
+    """A request the model's API refuses with 400."""
+
+
+def decoded_size(data):
+    try:
+        return len(base64.b64decode(data, validate=True))
+    except (binascii.Error, ValueError, TypeError):
+        raise Invalid("Base64 decoding failed for the image data.")
+
+
+def seen_images(images):
+    return " I see " + ", ".join(images) + "." if images else ""
 
 args = None
 lock = threading.Lock()
@@ -147,6 +180,22 @@ def gemini_text(body):
     return " ".join(out)
 
 
+def gemini_images(body):
+    out = []
+    for c in body.get("contents", []):
+        for p in c.get("parts", []):
+            # ProtoJSON ("Protocol Buffers: ProtoJSON format"): parsers accept the
+            # lowerCamelCase JSON name and the proto field name alike.
+            blob = p.get("inlineData", p.get("inline_data"))
+            if blob is None:
+                continue
+            mime = blob.get("mimeType", blob.get("mime_type"))
+            if mime not in GEMINI_IMAGE_TYPES:
+                raise Invalid(f"Unsupported MIME type: {mime}")
+            out.append(f"{mime}:{decoded_size(blob.get('data'))}")
+    return out
+
+
 def gemini_has_result(body):
     return any("functionResponse" in p for c in body.get("contents", []) for p in c.get("parts", []))
 
@@ -173,7 +222,7 @@ def gemini(model, body, stream):
     elif "[tool]" in text:
         parts = [{"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}]
     else:
-        parts = [{"text": "Hello from Vertex Gemini."}]
+        parts = [{"text": "Hello from Vertex Gemini." + seen_images(gemini_images(body))}]
     if think:
         parts = [{"text": "Thinking it over.", "thought": True}] + parts
     usage = gemini_usage("[cache]" in text)
@@ -203,6 +252,9 @@ def gemini(model, body, stream):
             cand["finishReason"] = "STOP"
             ev["usageMetadata"] = usage
         events.append(ev)
+    if "[stream-error]" in text:
+        # The first piece, then the failure as Google's error object.
+        return events[:1] + [{"error": {"code": 500, "message": "Internal error encountered.", "status": "INTERNAL"}}]
     return events
 
 
@@ -220,6 +272,23 @@ def claude_text(body):
                 if b.get("type") == "text":
                     out.append(b["text"])
     return " ".join(out)
+
+
+def claude_images(body):
+    out = []
+    for i, m in enumerate(body.get("messages", [])):
+        c = m.get("content")
+        for j, b in enumerate(c if isinstance(c, list) else []):
+            if b.get("type") != "image":
+                continue
+            src = b.get("source", {})
+            where = f"messages.{i}.content.{j}.image.source"
+            if src.get("type") != "base64":
+                raise Invalid(f"{where}: only base64 sources are accepted")
+            if src.get("media_type") not in CLAUDE_IMAGE_TYPES:
+                raise Invalid(f"{where}.base64.media_type: Input should be 'image/jpeg', 'image/png', 'image/gif' or 'image/webp'")
+            out.append(f"{src['media_type']}:{decoded_size(src.get('data'))}")
+    return out
 
 
 def claude_has_result(body):
@@ -241,12 +310,12 @@ def claude(model, body, stream):
         blocks.append({"type": "tool_use", "id": "toolu_vertex_1", "name": "get_weather", "input": {"city": "Paris"}})
         stop = "tool_use"
     else:
-        blocks.append({"type": "text", "text": "Hello from Vertex Claude."})
+        blocks.append({"type": "text", "text": "Hello from Vertex Claude." + seen_images(claude_images(body))})
         stop = "end_turn"
     cache = "[cache]" in text
     usage = {
         "input_tokens": 1000,
-        "cache_creation_input_tokens": 0,
+        "cache_creation_input_tokens": 500 if "[cache-write]" in text else 0,
         "cache_read_input_tokens": 2000 if cache else 0,
         "output_tokens": args.over_report or 5,
     }
@@ -277,6 +346,12 @@ def claude(model, body, stream):
         else:
             events.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": dict(b, input={})}))
             events.append(("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": json.dumps(b["input"])}}))
+        if "[stream-error]" in text:
+            # Cut after the first text piece by Anthropic's mid-stream error event.
+            cut = next((k for k, e in enumerate(events) if e[1].get("delta", {}).get("type") == "text_delta"), None)
+            if cut is not None:
+                error = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+                return events[: cut + 1] + [("error", error)]
         events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
     events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}, "usage": usage}))
     events.append(("message_stop", {"type": "message_stop"}))
@@ -370,7 +445,13 @@ class Handler(BaseHTTPRequestHandler):
                 "Resource exhausted. Please try again later. Please refer to "
                 "https://cloud.google.com/vertex-ai/generative-ai/docs/error-code-429 for more details.",
             ))
-        answer = (gemini if publisher == "google" else claude)(model, body, stream)
+        try:
+            answer = (gemini if publisher == "google" else claude)(model, body, stream)
+        except Invalid as e:
+            print(f"vertex mock: 400 {e}: {json.dumps(body)[:400]}", file=sys.stderr, flush=True)
+            if publisher == "google":
+                return self.send_json(*google_error(400, "INVALID_ARGUMENT", str(e)))
+            return self.send_json(400, {"type": "error", "error": {"type": "invalid_request_error", "message": str(e)}})
         if stream:
             return self.send_sse(answer)
         return self.send_json(200, answer)
