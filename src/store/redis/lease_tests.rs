@@ -11,6 +11,7 @@ fn reply(lease: Micros) -> Reply {
         left: None,
         limited: true,
         wanted: false,
+        quota: None,
     }
 }
 
