@@ -407,3 +407,63 @@ print(json.dumps({"headers": {n: raw.headers.get(n) for n in names},
         assert!(parse_go_duration(text).is_some(), "{name}: {text}");
     }
 }
+
+/// A busy key on Redis is served from a quota lease (in memory, without a script per
+/// request): its answers still tell its cap and what is left of it, never more than the
+/// cap leaves once they are all charged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_key_served_from_a_lease_still_tells_its_budget() {
+    let env = env(Setup::Redis).await;
+    let (key, id) = env.gw.create_key(json!({"quota_usd": 1})).await;
+    let b = body();
+    let mut lefts = Vec::new();
+    for _ in 0..8 {
+        let mut wave = Vec::new();
+        for _ in 0..8 {
+            let (http, url, key, b) = (
+                env.gw.http.clone(),
+                env.gw.url("/v1/chat/completions"),
+                key.clone(),
+                b.clone(),
+            );
+            wave.push(tokio::spawn(async move {
+                let r = http
+                    .post(url)
+                    .bearer_auth(key)
+                    .json(&b)
+                    .send()
+                    .await
+                    .unwrap();
+                let (s, h) = (r.status().as_u16(), r.headers().clone());
+                r.bytes().await.unwrap();
+                (s, h)
+            }));
+        }
+        for t in wave {
+            let (s, h) = t.await.unwrap();
+            assert_eq!(s, 200);
+            assert_eq!(micros(&h, "x-ratelimit-limit-budget"), 1_000_000, "{h:?}");
+            assert!(header(&h, "x-ratelimit-reset-budget").is_none());
+            lefts.push(micros(&h, "x-ratelimit-remaining-budget"));
+        }
+    }
+    // The key was served from a lease (held in Redis under the instance's name).
+    let url = env._redis.as_ref().unwrap().url();
+    let mut c = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let holds: Vec<String> = redis::cmd("HKEYS")
+        .arg(format!("gw:rsva:{{{id}}}"))
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    assert!(holds.iter().any(|h| h.starts_with("lease:")), "{holds:?}");
+    let spent = env.gw.used_micros(&id).await;
+    assert!(spent > 0);
+    assert!(lefts.iter().all(|l| *l < 1_000_000), "{lefts:?}");
+    // Each answer counted at least what was charged before the last wave started.
+    let least = lefts.iter().min().unwrap();
+    assert!(*least >= 1_000_000 - spent - 64 * 1_000, "{least} {spent}");
+}
