@@ -1,7 +1,7 @@
 //! Per-request state shared by the phases, the answer a handler returns, and the helpers
 //! that write answers. A leaf: every handler may use it, and it knows none of them.
 
-use crate::auth::AuthKey;
+use crate::auth::{AuthKey, Room};
 use crate::errors::{ErrorShape, GatewayError};
 use crate::gateway::Gateway;
 use crate::ids;
@@ -30,6 +30,9 @@ pub struct Ctx {
     /// What a whole answer cost the key, for the cost header (and whether it was
     /// estimated); set when the request settles before its answer is written.
     pub charged: Option<(Micros, bool)>,
+    /// What the request's own checks counted of its key's limits: the rate-limit headers
+    /// (the rest comes from the key's last reserve, see [`crate::auth::room`]).
+    pub room: Room,
 }
 
 /// The usage-relevant facts of a request, filled in as they become known.
@@ -106,6 +109,16 @@ impl Ctx {
             status: 0,
             obs: crate::observe::Obs::default(),
             charged: None,
+            room: Room::default(),
+        }
+    }
+
+    /// What the answer tells of its key's limits: this request's counts, and the key's
+    /// last reserve's for what it did not count.
+    pub fn limits(&self) -> Room {
+        match &self.key {
+            Some(k) => self.room.or(k.last_room()),
+            None => self.room,
         }
     }
 
@@ -168,6 +181,7 @@ pub fn response_header(
     let mut h = ResponseHeader::build(status, Some(4)).ok()?;
     let _ = h.insert_header(http::header::CONTENT_TYPE, content_type);
     let _ = h.insert_header("x-request-id", ctx.request_id.as_str());
+    ctx.limits().write(&mut h);
     if let Some((micros, estimated)) = ctx.charged {
         let _ = h.insert_header(COST_HEADER, crate::protocol::usd_text(micros));
         if estimated {

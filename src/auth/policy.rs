@@ -1,10 +1,12 @@
 //! Per-key rules (spec 2.1, 5.5): status, validity period, IP allowlist, model whitelist.
 
+use super::room::Room;
 use crate::config::parse_net;
 use crate::errors::GatewayError;
 use crate::store::{GroupRecord, KeyRecord, KeyStatus};
 use http::HeaderMap;
 use ipnet::IpNet;
+use parking_lot::Mutex;
 use std::net::IpAddr;
 
 /// A key record with its allowlist parsed once, when it enters the cache.
@@ -14,6 +16,9 @@ pub struct AuthKey {
     /// The key's group as read with it (for the time zone of the group's periods).
     pub group: Option<GroupRecord>,
     nets: Vec<IpNet>,
+    /// The tokens and budget the key's last reserve on this instance counted: what an
+    /// answer that reserves nothing tells of them.
+    last: Mutex<Room>,
 }
 
 impl AuthKey {
@@ -23,7 +28,25 @@ impl AuthKey {
 
     pub fn in_group(rec: KeyRecord, group: Option<GroupRecord>) -> AuthKey {
         let nets = rec.allow_ips.iter().filter_map(|s| parse_net(s)).collect();
-        AuthKey { rec, group, nets }
+        AuthKey {
+            rec,
+            group,
+            nets,
+            last: Mutex::new(Room::default()),
+        }
+    }
+
+    /// Keeps what a reserve of this key counted, for the answers that count nothing.
+    pub fn remember(&self, room: Room) {
+        *self.last.lock() = Room {
+            requests: None,
+            ..room
+        };
+    }
+
+    /// The tokens and budget the key's last reserve counted (nothing before any).
+    pub fn last_room(&self) -> Room {
+        *self.last.lock()
     }
 
     /// What this key's requests are charged per micro-USD of provider cost: its own

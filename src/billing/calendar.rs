@@ -28,6 +28,15 @@ impl Clock {
         }
     }
 
+    /// [`Clock::now`] in milliseconds (a pinned clock stands at its second's start): the
+    /// clock the per-minute windows of `rpm` and `tpm` are counted on.
+    pub fn now_ms(&self) -> i64 {
+        match self.pinned.load(Ordering::Relaxed) {
+            0 => crate::ids::now_ms() + self.offset.load(Ordering::Relaxed) * 1000,
+            at => at * 1000,
+        }
+    }
+
     /// Moves the clock so that `now()` reads `at`, and runs on from there.
     pub fn set(&self, at: i64) {
         self.pinned.store(0, Ordering::Relaxed);

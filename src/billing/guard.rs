@@ -13,7 +13,9 @@
 
 use super::keeper::{self, Kept};
 use super::Multiplier;
-use crate::store::{Ask, Micros, Reservation, ReserveDenied, Store, StoreResult, UsageRecord};
+use crate::store::{
+    Ask, Headroom, Micros, Reservation, ReserveDenied, Store, StoreResult, UsageRecord,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +45,20 @@ pub async fn reserve(
     ask: &Ask,
     ttl_secs: u64,
 ) -> StoreResult<Result<ReservationGuard, ReserveDenied>> {
+    reserve_counted(store, key_id, reservation_id, ask, ttl_secs)
+        .await
+        .map(|(granted, _)| granted)
+}
+
+/// [`reserve`], with where the key's and its group's limits stand as the store's reserve
+/// counted them ([`Store::reserve_counted`]): what the answer's rate-limit headers say.
+pub async fn reserve_counted(
+    store: &Arc<dyn Store>,
+    key_id: &str,
+    reservation_id: &str,
+    ask: &Ask,
+    ttl_secs: u64,
+) -> StoreResult<(Result<ReservationGuard, ReserveDenied>, Headroom)> {
     let mut unanswered = Unanswered {
         store,
         key_id,
@@ -50,12 +66,13 @@ pub async fn reserve(
         armed: true,
     };
     let answer = store
-        .reserve_ask(key_id, reservation_id, ask, ttl_secs)
+        .reserve_counted(key_id, reservation_id, ask, ttl_secs)
         .await;
     match answer {
-        Ok(granted) => {
+        Ok((granted, room)) => {
             unanswered.armed = false;
-            Ok(granted.map(|r| ReservationGuard::new(store.clone(), r, ttl_secs)))
+            let granted = granted.map(|r| ReservationGuard::new(store.clone(), r, ttl_secs));
+            Ok((granted, room))
         }
         Err(e) => {
             tracing::warn!(reservation = %reservation_id, error = %e,

@@ -20,7 +20,7 @@ pub mod raw;
 
 pub use crate::store::bill::{Bill, Kind, Line};
 pub use calendar::{Calendar, Clock};
-pub use guard::{reserve, Account, ReservationGuard, SettleOutcome};
+pub use guard::{reserve, reserve_counted, Account, ReservationGuard, SettleOutcome};
 pub use price::{Multiplier, Price, Rates, Tier, DEFAULT_MAX_OUTPUT_TOKENS};
 
 use crate::store::Micros;

@@ -7,8 +7,9 @@
 
 use super::Observer;
 use crate::store::{
-    Ask, GroupPatch, GroupRecord, KeyPatch, KeyRecord, Micros, Periods, Reservation, ReserveDenied,
-    Scope, Standing, Store, StoreError, StoreResult, TaskRecord, TaskRef, TaskStore, UsageRecord,
+    Ask, GroupPatch, GroupRecord, Headroom, KeyPatch, KeyRecord, Micros, Periods, RateCount,
+    Reservation, ReserveDenied, Scope, Standing, Store, StoreError, StoreResult, TaskRecord,
+    TaskRef, TaskStore, UsageRecord,
 };
 use async_trait::async_trait;
 use std::future::Future;
@@ -177,6 +178,26 @@ impl Store for Metered {
         r
     }
 
+    async fn reserve_counted(
+        &self,
+        key_id: &str,
+        reservation_id: &str,
+        ask: &Ask,
+        ttl_secs: u64,
+    ) -> StoreResult<(Result<Reservation, ReserveDenied>, Headroom)> {
+        let r = self
+            .time(
+                Op::Reserve,
+                self.inner
+                    .reserve_counted(key_id, reservation_id, ask, ttl_secs),
+            )
+            .await;
+        if let Ok((Ok(held), _)) = &r {
+            self.held(held, 1);
+        }
+        r
+    }
+
     async fn extend(&self, reservation: &Reservation, ttl_secs: u64) -> StoreResult<()> {
         self.time(Op::Extend, self.inner.extend(reservation, ttl_secs))
             .await
@@ -213,6 +234,11 @@ impl Store for Metered {
 
     async fn rate_hit(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<bool> {
         self.time(Op::RateHit, self.inner.rate_hit(key_id, rpm, now_ms))
+            .await
+    }
+
+    async fn rate_take(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<RateCount> {
+        self.time(Op::RateHit, self.inner.rate_take(key_id, rpm, now_ms))
             .await
     }
 

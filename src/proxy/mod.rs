@@ -152,15 +152,14 @@ async fn dispatch(
         &session.req_header().headers,
         &gw.config.trusted_proxies,
     );
-    let key = auth::authenticate(
-        &gw.keys,
-        gw.store.as_ref(),
-        &session.req_header().headers,
+    let caller = auth::Caller {
+        headers: &session.req_header().headers,
         query,
-        route.accepts(path),
+        accepts: route.accepts(path),
         ip,
-    )
-    .await?;
+        now_ms: gw.calendar.clock.now_ms(),
+    };
+    let key = auth::authenticate(&gw.keys, gw.store.as_ref(), caller, &mut ctx.room).await?;
     ctx.key = Some(key.clone());
     match route {
         Route::Models => {

@@ -294,8 +294,9 @@ impl LiveAnswer for Upgraded {
         let Upgraded {
             mut link,
             mut http,
-            switch,
+            mut switch,
         } = *self;
+        ctx.limits().write(&mut switch);
         if let Err(e) = session.write_response_header(switch, false).await {
             tracing::debug!(error = %e, "realtime client gone before the 101");
             http.shutdown().await;

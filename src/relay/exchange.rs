@@ -50,7 +50,13 @@ pub async fn hold(
             m.apply_micros(bounds.max),
             bounds.tokens,
         );
-        match crate::billing::reserve(&gw.store, &key.rec.id, reservation_id, &ask, ttl).await? {
+        let (granted, room) =
+            crate::billing::reserve_counted(&gw.store, &key.rec.id, reservation_id, &ask, ttl)
+                .await?;
+        // What the reserve counted goes on this request's answer and the key's next ones.
+        let now_ms = gw.calendar.clock.now_ms();
+        key.remember(crate::auth::Room::counted(&room, &ask, now_ms));
+        match granted {
             Err(ReserveDenied::Stale) => {
                 gw.keys.invalidate(&key.rec.id);
                 read_again = Some(gw.keys.get(&key.rec.id, &key.rec.hash).await?);

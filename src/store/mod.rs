@@ -19,8 +19,8 @@ pub mod tasks;
 pub mod usage_query;
 
 pub use policy::{
-    Ask, GroupAsk, GroupPatch, GroupRecord, Limit, LimitKind, PeriodKind, Periods, Policy,
-    PolicyPatch, Scope, Standing,
+    Ask, GroupAsk, GroupPatch, GroupRecord, Headroom, Left, Limit, LimitKind, PeriodKind, Periods,
+    Policy, PolicyPatch, RateCount, Scope, Standing,
 };
 pub use tasks::{TaskError, TaskRecord, TaskRef, TaskResult, TaskStatus, TaskStore};
 
@@ -405,6 +405,23 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
         ttl_secs: u64,
     ) -> StoreResult<Result<Reservation, ReserveDenied>>;
 
+    /// [`Store::reserve_ask`], with where the key's and its group's tightest token and
+    /// money limits stand as that same step counted them ([`Headroom`]: after the hold
+    /// when granted, as they were when refused). Both backends count it within the
+    /// reserve itself (no second round trip); this default knows nothing of it.
+    async fn reserve_counted(
+        &self,
+        key_id: &str,
+        reservation_id: &str,
+        ask: &Ask,
+        ttl_secs: u64,
+    ) -> StoreResult<(Result<Reservation, ReserveDenied>, Headroom)> {
+        let r = self
+            .reserve_ask(key_id, reservation_id, ask, ttl_secs)
+            .await?;
+        Ok((r, Headroom::default()))
+    }
+
     /// Pushes a held reservation's expiry to `ttl_secs` from now (never earlier than it
     /// was). Does nothing to a reservation that was settled, released or has expired.
     async fn extend(&self, reservation: &Reservation, ttl_secs: u64) -> StoreResult<()>;
@@ -441,6 +458,17 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
     /// Counts one request against the key's per-minute limit; `true` if it is allowed.
     /// The count is shared by every instance on the same store.
     async fn rate_hit(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<bool>;
+
+    /// [`Store::rate_hit`], with what the count leaves: the requests the key may still
+    /// make in the window and when the window ends, counted by the same step (no second
+    /// round trip). This default knows only whether the request was admitted.
+    async fn rate_take(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<RateCount> {
+        Ok(RateCount {
+            admitted: self.rate_hit(key_id, rpm, now_ms).await?,
+            remaining: None,
+            resets_at_ms: RateCount::window_end_ms(now_ms),
+        })
+    }
 
     /// Appends a usage record. Durable when it returns.
     async fn append_usage(&self, rec: &UsageRecord) -> StoreResult<()>;

@@ -373,6 +373,72 @@ impl Ask {
     }
 }
 
+/// One request counted against a key's requests-per-minute limit ([`super::Store::rate_take`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateCount {
+    pub admitted: bool,
+    /// Requests the key may still make in this window after this one (`None`: the store
+    /// cannot say).
+    pub remaining: Option<u32>,
+    /// Unix milliseconds at which the window ends and the count starts again.
+    pub resets_at_ms: i64,
+}
+
+impl RateCount {
+    /// The fixed minute windows both stores count `rpm` in: the window holding `now_ms`
+    /// ends at the next whole minute.
+    pub fn window_end_ms(now_ms: i64) -> i64 {
+        (now_ms.div_euclid(60_000) + 1) * 60_000
+    }
+}
+
+/// A limit's size and what is left of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Left<T> {
+    pub limit: T,
+    pub left: T,
+}
+
+/// Where the tightest limits of a key and its group stand, as the reserve that checked
+/// them counted (after its hold when granted, as they were when refused): what a
+/// request's answer tells its caller in `x-ratelimit-*` headers. Counted in the same
+/// atomic step as the reserve, never read apart from it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Headroom {
+    /// `tpm` of the key or of its group, whichever leaves fewer tokens in the ask's minute.
+    pub tokens: Option<Left<u64>>,
+    /// The money limit (lifetime cap or period budget, of the key or of its group) that
+    /// leaves the least, and which limit it is (a key's cap is `Limit::key(Quota)`).
+    pub money: Option<(Limit, Left<Micros>)>,
+}
+
+impl Headroom {
+    /// Counts one token limit in: kept when it leaves fewer than the one held.
+    pub fn tokens_limit(&mut self, limit: u64, left: u64) {
+        if self.tokens.is_none_or(|t| left < t.left) {
+            self.tokens = Some(Left { limit, left });
+        }
+    }
+
+    /// Counts one money limit in: kept when it leaves less than the one held.
+    pub fn money_limit(&mut self, which: Limit, limit: Micros, left: Micros) {
+        if self.money.is_none_or(|(_, m)| left < m.left) {
+            self.money = Some((which, Left { limit, left }));
+        }
+    }
+
+    /// The tighter of two counts of each (a reserve made in two halves, on a Cluster).
+    pub fn tighter(mut self, other: Headroom) -> Headroom {
+        if let Some(t) = other.tokens {
+            self.tokens_limit(t.limit, t.left);
+        }
+        if let Some((which, m)) = other.money {
+            self.money_limit(which, m.limit, m.left);
+        }
+        self
+    }
+}
+
 /// What one scope's counters stand at for some periods: settled plus held.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Standing {

@@ -68,6 +68,7 @@ mod pricing;
 mod protocols;
 mod quickstart;
 mod quota;
+mod ratelimit_headers;
 mod realtime;
 mod reconcile;
 mod redis_policy;

@@ -53,7 +53,7 @@ mod usage;
 mod usage_rows;
 mod writer;
 
-use super::policy::{Ask, GroupPatch, GroupRecord, Periods, Scope, Standing};
+use super::policy::{Ask, GroupPatch, GroupRecord, Headroom, Periods, RateCount, Scope, Standing};
 use super::{
     KeyPatch, KeyRecord, Micros, Reservation, ReserveDenied, Store, StoreError, StoreResult,
     UsageRecord,
@@ -306,7 +306,7 @@ impl EmbeddedStore {
         rid: &str,
         ask: &Ask,
         ttl_secs: u64,
-    ) -> StoreResult<Decision> {
+    ) -> StoreResult<(Decision, Headroom)> {
         let (key_id, rid, ledger) = (key_id.to_string(), rid.to_string(), self.ledger.clone());
         let ask = ask.clone();
         let undo = ledger.clone();
@@ -314,9 +314,9 @@ impl EmbeddedStore {
             false,
             move |c| {
                 if sql::is_settled(c, &key_id, &rid)? {
-                    return Ok(Decision::Denied(ReserveDenied::Released));
+                    return Ok((Decision::Denied(ReserveDenied::Released), Headroom::default()));
                 }
-                let d = ledger.reserve(&key_id, &rid, &ask, ttl_secs);
+                let (d, room) = ledger.reserve(&key_id, &rid, &ask, ttl_secs);
                 if let Decision::Granted(r, true) = &d {
                     let expires = ledger.now().saturating_add(ttl(ttl_secs));
                     let detail = ledger.detail(&r.key_id, &r.id).unwrap_or_default();
@@ -334,9 +334,9 @@ impl EmbeddedStore {
                         return Err(e);
                     }
                 }
-                Ok(d)
+                Ok((d, room))
             },
-            move |committed, d| {
+            move |committed, (d, _)| {
                 if let (false, Decision::Granted(r, true)) = (committed, d) {
                     undo.unhold(&r.key_id, &r.id);
                 }
@@ -530,12 +530,25 @@ impl Store for EmbeddedStore {
         ask: &Ask,
         ttl_secs: u64,
     ) -> StoreResult<Result<Reservation, ReserveDenied>> {
+        self.reserve_counted(key_id, reservation_id, ask, ttl_secs)
+            .await
+            .map(|(r, _)| r)
+    }
+
+    async fn reserve_counted(
+        &self,
+        key_id: &str,
+        reservation_id: &str,
+        ask: &Ask,
+        ttl_secs: u64,
+    ) -> StoreResult<(Result<Reservation, ReserveDenied>, Headroom)> {
         // The account is loaded at most once per key and process (with its group's); a key
         // deleted between its load and this reserve is loaded again (and found missing).
+        let missing = (Err(ReserveDenied::NotFound), Headroom::default());
         for _ in 0..3 {
-            let d = if durable(reservation_id) {
+            let (d, room) = if durable(reservation_id) {
                 if !self.ledger.is_loaded(key_id) && !self.load(key_id).await? {
-                    return Ok(Err(ReserveDenied::NotFound));
+                    return Ok(missing);
                 }
                 self.reserve_durable(key_id, reservation_id, ask, ttl_secs)
                     .await?
@@ -543,16 +556,16 @@ impl Store for EmbeddedStore {
                 self.ledger.reserve(key_id, reservation_id, ask, ttl_secs)
             };
             match d {
-                Decision::Granted(r, _) => return Ok(Ok(r)),
-                Decision::Denied(why) => return Ok(Err(why)),
+                Decision::Granted(r, _) => return Ok((Ok(r), room)),
+                Decision::Denied(why) => return Ok((Err(why), room)),
                 Decision::NotLoaded => {
                     if !self.load(key_id).await? {
-                        return Ok(Err(ReserveDenied::NotFound));
+                        return Ok(missing);
                     }
                 }
             }
         }
-        Ok(Err(ReserveDenied::NotFound))
+        Ok(missing)
     }
 
     async fn extend(&self, reservation: &Reservation, ttl_secs: u64) -> StoreResult<()> {
@@ -593,6 +606,12 @@ impl Store for EmbeddedStore {
     }
 
     async fn rate_hit(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<bool> {
+        self.rate_take(key_id, rpm, now_ms)
+            .await
+            .map(|c| c.admitted)
+    }
+
+    async fn rate_take(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<RateCount> {
         let window = now_ms.div_euclid(60_000);
         let mut rates = self.rates.lock();
         if rates.len() > 100_000 {
@@ -602,11 +621,15 @@ impl Store for EmbeddedStore {
         if e.0 != window {
             *e = (window, 0);
         }
-        if e.1 >= rpm {
-            return Ok(false);
+        let admitted = e.1 < rpm;
+        if admitted {
+            e.1 += 1;
         }
-        e.1 += 1;
-        Ok(true)
+        Ok(RateCount {
+            admitted,
+            remaining: Some(rpm.saturating_sub(e.1)),
+            resets_at_ms: RateCount::window_end_ms(now_ms),
+        })
     }
 
     async fn append_usage(&self, rec: &UsageRecord) -> StoreResult<()> {

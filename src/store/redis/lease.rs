@@ -20,7 +20,7 @@
 //! scripts, so the cap holds exactly), when another instance wants the money, when the
 //! key is disabled, expired or gone, when it has been idle, and on shutdown.
 
-use crate::store::{Micros, Reservation};
+use crate::store::{Headroom, Limit, LimitKind, Micros, Reservation};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -93,7 +93,7 @@ pub struct Batch {
     pub records: String,
 }
 
-/// What one call of `gw_lease_v2` sends.
+/// What one call of `gw_lease_v3` sends.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub batch: Option<Batch>,
@@ -113,6 +113,9 @@ pub struct Reply {
     pub left: Option<i64>,
     pub limited: bool,
     pub wanted: bool,
+    /// The key's cap and the money nobody holds under it, once this call is applied
+    /// (`None`: no cap).
+    pub quota: Option<(Micros, Micros)>,
 }
 
 #[derive(Debug)]
@@ -121,6 +124,8 @@ pub struct KeyLease {
     granted: Micros,
     cap: Micros,
     limited: bool,
+    /// The key's cap and the money nobody held under it at the last reply.
+    quota: Option<(Micros, Micros)>,
     usable_until: Option<Instant>,
     holds: HashMap<String, (Micros, Instant)>,
     held: Micros,
@@ -152,6 +157,7 @@ impl KeyLease {
             granted: 0,
             cap: 0,
             limited: true,
+            quota: None,
             usable_until: None,
             holds: HashMap::new(),
             held: 0,
@@ -170,6 +176,18 @@ impl KeyLease {
             last_window: (0, 0),
             max_grant: 0,
         }
+    }
+
+    /// What the key's cap leaves, as this instance can tell without asking: the money
+    /// nobody held at the last reply, plus what of the lease its requests have not taken
+    /// (other instances' leases count as gone).
+    pub fn headroom(&self) -> Headroom {
+        let mut room = Headroom::default();
+        if let Some((limit, free)) = self.quota {
+            let unused = (self.granted - self.committed()).max(0);
+            room.money_limit(Limit::key(LimitKind::Quota), limit, free + unused);
+        }
+        room
     }
 
     pub fn committed(&self) -> Micros {
@@ -442,6 +460,7 @@ impl KeyLease {
         self.granted = reply.lease;
         self.cap = reply.lease;
         self.limited = reply.limited;
+        self.quota = reply.quota;
         let mut until = sent + Duration::from_secs(opts.ttl_secs.saturating_sub(2));
         if let Some(left) = reply.left {
             until = until.min(sent + Duration::from_secs(left.saturating_sub(1).max(0) as u64));

@@ -11,6 +11,7 @@ fn reply(lease: Micros) -> Reply {
         left: None,
         limited: true,
         wanted: false,
+        quota: None,
     }
 }
 
@@ -225,4 +226,34 @@ fn a_quiet_key_wants_no_lease_on_old_counts() {
         k.note_grant(100, quiet, &o);
     }
     assert!(k.wants_lease(quiet, &o));
+}
+
+/// What answers served from a lease tell of the key's cap: what nobody held at the last
+/// reply, plus the part of the lease its requests have not taken; nothing without a cap.
+#[test]
+fn a_lease_tells_what_the_cap_leaves() {
+    let (mut k, now) = leasing(1_000);
+    assert_eq!(k.headroom(), Headroom::default(), "no cap told yet");
+    let o = opts();
+    k.apply(
+        &Reply {
+            quota: Some((50_000, 20_000)),
+            ..reply(1_000)
+        },
+        now,
+        false,
+        &o,
+    );
+    let left = |k: &KeyLease| {
+        k.headroom()
+            .money
+            .map(|(which, m)| (which, m.limit, m.left))
+    };
+    let cap = Limit::key(LimitKind::Quota);
+    assert_eq!(left(&k), Some((cap, 50_000, 21_000)));
+    assert!(matches!(grant(&mut k, "r1", 300, now), Local::Granted(_)));
+    assert_eq!(left(&k), Some((cap, 50_000, 20_700)));
+    // Settled for less: what the request did not spend is the key's again.
+    k.settle("r1", 100, None, now);
+    assert_eq!(left(&k), Some((cap, 50_000, 20_900)));
 }

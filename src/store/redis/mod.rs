@@ -31,7 +31,7 @@
 //! blocks ([`rate`]).
 //!
 //! **Key policy** (period budgets, tpm, max_concurrent, groups): one script
-//! (`gw_reserve_scopes_v1`) checks and holds a request against a list of scopes, each a
+//! (`gw_reserve_scopes_v2`) checks and holds a request against a list of scopes, each a
 //! key or a group with its lifetime cap and its counters, and writes per hold which
 //! counters it is on, so its settle and its expiry release exactly those (after a period
 //! boundary or a policy change too). On a single Redis a key and its group are one call:
@@ -43,7 +43,7 @@
 //! each scope's own script never lets its counters past its limits. Settles are gated the
 //! same way on both: a key's hold on a group answers the group's id, the group's half is
 //! settled (once, by its own tombstone), then the key's; a retry completes what is left.
-//! A key with any limit or a group is never leased: `gw_lease_v2` refuses and shrinks
+//! A key with any limit or a group is never leased: `gw_lease_v3` refuses and shrinks
 //! such a lease (answering `policy`), so every instance gives it back at its next call
 //! and reserves by script; keys with no policy keep the lease path unchanged.
 //!
@@ -68,8 +68,9 @@ pub use lease::LeaseOptions;
 #[cfg(doc)]
 use super::SETTLED_KEEP_SECS;
 use super::{
-    Ask, GroupPatch, GroupRecord, KeyPatch, KeyRecord, Limit, LimitKind, Micros, Periods,
-    Reservation, ReserveDenied, Scope, Standing, Store, StoreError, StoreResult, UsageRecord,
+    Ask, GroupPatch, GroupRecord, Headroom, KeyPatch, KeyRecord, Limit, LimitKind, Micros, Periods,
+    RateCount, Reservation, ReserveDenied, Scope, Standing, Store, StoreError, StoreResult,
+    UsageRecord,
 };
 use async_trait::async_trait;
 use conn::{done, key, log, map_err, rsv, rsva, seqs, Conn};
@@ -100,9 +101,10 @@ pub struct RedisStore {
 
 /// What the reserve script answered.
 enum Answer {
-    /// The grant, and whether the hold is on policy counters (never a lease's key).
-    Granted(Micros, bool),
-    Denied(ReserveDenied),
+    /// The grant, whether the hold is on policy counters (never a lease's key), and where
+    /// the scopes' tightest limits stand after it.
+    Granted(Micros, bool, Headroom),
+    Denied(ReserveDenied, Headroom),
     /// Other instances' leases hold the money: asked for it, try again.
     Leased,
 }
@@ -142,7 +144,7 @@ impl RedisStore {
         matches!(self.conn, Conn::Cluster(_))
     }
 
-    /// gw_reserve_scopes_v1 on `parts` (one slot each on a Cluster: one part there).
+    /// gw_reserve_scopes_v2 on `parts` (one slot each on a Cluster: one part there).
     async fn reserve_script(
         &self,
         rid: &str,
@@ -172,21 +174,24 @@ impl RedisStore {
             }
         }
         inv.arg(if ask.in_flight { "1" } else { "0" });
-        let (status, detail, counted): (String, String, String) = inv
+        let answer: Vec<String> = inv
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(map_err)?;
+        let at = |i: usize| answer.get(i).map_or("", String::as_str);
+        let (status, detail, counted) = (at(0), at(1), at(2));
+        let room = scopes::headroom(&answer[answer.len().min(3)..]);
         if status == "ok" {
             let amount = detail
                 .parse::<f64>()
                 .map_err(|e| StoreError::internal_from(format!("bad grant {detail}"), e))?;
-            return Ok(Answer::Granted(amount as Micros, counted == "1"));
+            return Ok(Answer::Granted(amount as Micros, counted == "1", room));
         }
         if detail == "leased" {
             return Ok(Answer::Leased);
         }
-        scopes::denied(&detail)
-            .map(Answer::Denied)
+        scopes::denied(detail)
+            .map(|d| Answer::Denied(d, room))
             .ok_or_else(|| StoreError::internal(format!("bad refusal {detail}")))
     }
 
@@ -198,10 +203,11 @@ impl RedisStore {
         rid: &str,
         max: Micros,
         ttl_secs: u64,
-    ) -> Option<Result<Reservation, ReserveDenied>> {
+    ) -> Option<(Result<Reservation, ReserveDenied>, Headroom)> {
+        let room = |r| (r, self.leases.headroom(key_id));
         match self.leases.try_reserve(key_id, rid, max, ttl_secs) {
-            Err(d) => Some(Err(d)),
-            Ok(Local::Granted(r)) => Some(Ok(r)),
+            Err(d) => Some(room(Err(d))),
+            Ok(Local::Granted(r)) => Some(room(Ok(r))),
             Ok(Local::TopUp) => {
                 let grown = self
                     .leases
@@ -211,7 +217,7 @@ impl RedisStore {
                     return None;
                 }
                 match self.leases.try_reserve(key_id, rid, max, ttl_secs) {
-                    Ok(Local::Granted(r)) => Some(Ok(r)),
+                    Ok(Local::Granted(r)) => Some(room(Ok(r))),
                     _ => None,
                 }
             }
@@ -230,22 +236,27 @@ impl RedisStore {
         group_part: scopes::Part,
         key_part: impl Fn() -> scopes::Part,
         ttl_secs: u64,
-    ) -> StoreResult<Result<Micros, ReserveDenied>> {
+    ) -> StoreResult<(Result<Micros, ReserveDenied>, Headroom)> {
         let answer = self
             .reserve_script(rid, ask, ask.max, false, &[group_part], ttl_secs)
             .await?;
         match answer {
-            Answer::Granted(amount, _) => Ok(Ok(amount)),
-            Answer::Denied(dg) => {
+            Answer::Granted(amount, _, room) => Ok((Ok(amount), room)),
+            Answer::Denied(dg, room) => {
                 let dry = self
                     .reserve_script(rid, ask, ask.max, true, &[key_part()], ttl_secs)
                     .await?;
                 match dry {
-                    Answer::Denied(dk) if scopes::rank(&dk) < scopes::rank(&dg) => Ok(Err(dk)),
-                    _ => Ok(Err(dg)),
+                    Answer::Denied(dk, key_room) if scopes::rank(&dk) < scopes::rank(&dg) => {
+                        Ok((Err(dk), room.tighter(key_room)))
+                    }
+                    _ => Ok((Err(dg), room)),
                 }
             }
-            Answer::Leased => Ok(Err(ReserveDenied::Limit(Limit::group(LimitKind::Quota)))),
+            Answer::Leased => Ok((
+                Err(ReserveDenied::Limit(Limit::group(LimitKind::Quota))),
+                Headroom::default(),
+            )),
         }
     }
 
@@ -425,7 +436,7 @@ impl RedisStore {
         max: Micros,
         parts: &[scopes::Part],
         ttl_secs: u64,
-    ) -> StoreResult<Result<Micros, ReserveDenied>> {
+    ) -> StoreResult<(Result<Micros, ReserveDenied>, Headroom)> {
         let deadline = tokio::time::Instant::now() + WANTED_WAIT;
         let mut wait = Duration::from_millis(5);
         loop {
@@ -433,20 +444,22 @@ impl RedisStore {
                 .reserve_script(rid, ask, max, false, parts, ttl_secs)
                 .await?
             {
-                Answer::Granted(amount, counted) => {
+                Answer::Granted(amount, counted, room) => {
                     if !durable(rid) && !counted {
                         self.leases.note_script_grant(key_id, amount);
                     }
-                    return Ok(Ok(amount));
+                    return Ok((Ok(amount), room));
                 }
-                Answer::Denied(d) => return Ok(Err(d)),
+                Answer::Denied(d, room) => return Ok((Err(d), room)),
                 Answer::Leased if tokio::time::Instant::now() + wait < deadline => {
                     // This instance's own lease, if any, gives back at once.
                     self.leases.stale(key_id);
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(Duration::from_millis(100));
                 }
-                Answer::Leased => return Ok(Err(ReserveDenied::QuotaExhausted)),
+                Answer::Leased => {
+                    return Ok((Err(ReserveDenied::QuotaExhausted), Headroom::default()))
+                }
             }
         }
     }
@@ -510,8 +523,20 @@ impl Store for RedisStore {
         ask: &Ask,
         ttl_secs: u64,
     ) -> StoreResult<Result<Reservation, ReserveDenied>> {
+        self.reserve_counted(key_id, reservation_id, ask, ttl_secs)
+            .await
+            .map(|(r, _)| r)
+    }
+
+    async fn reserve_counted(
+        &self,
+        key_id: &str,
+        reservation_id: &str,
+        ask: &Ask,
+        ttl_secs: u64,
+    ) -> StoreResult<(Result<Reservation, ReserveDenied>, Headroom)> {
         // A key in a group is never leased; a key with limits is refused a lease by Redis
-        // (gw_lease_v2), so its instance's lease path answers `Script`.
+        // (gw_lease_v3), so its instance's lease path answers `Script`.
         if !durable(reservation_id) && ask.group.is_none() {
             let leased = self
                 .reserve_from_lease(key_id, reservation_id, ask.max, ttl_secs)
@@ -526,18 +551,20 @@ impl Store for RedisStore {
         let mut parts = vec![key_part()];
         let mut held_group = None;
         let mut max = ask.max;
+        let mut group_room = Headroom::default();
         if let Some(g) = &ask.group {
             let group_part = scopes::Part::group(&g.id, &g.periods, minute);
             if self.cluster() {
-                let held = self
+                let (held, room) = self
                     .hold_group_half(reservation_id, ask, group_part, key_part, ttl_secs)
                     .await?;
+                group_room = room;
                 match held {
                     Ok(amount) => {
                         max = amount;
                         held_group = Some(g.id.as_str());
                     }
-                    Err(denied) => return Ok(Err(denied)),
+                    Err(denied) => return Ok((Err(denied), group_room)),
                 }
             } else {
                 parts.push(group_part);
@@ -547,17 +574,18 @@ impl Store for RedisStore {
             .reserve_key(key_id, reservation_id, ask, max, &parts, ttl_secs)
             .await;
         if let Some(g) = held_group {
-            if !matches!(answer, Ok(Ok(_))) {
+            if !matches!(answer, Ok((Ok(_), _))) {
                 // The key refused (or could not be asked): the group's half goes back.
                 self.release_group(g, reservation_id).await?;
             }
         }
-        answer.map(|a| {
-            a.map(|amount| Reservation {
+        answer.map(|(a, room)| {
+            let r = a.map(|amount| Reservation {
                 id: reservation_id.to_string(),
                 key_id: key_id.to_string(),
                 amount,
-            })
+            });
+            (r, room.tighter(group_room))
         })
     }
 
@@ -603,6 +631,12 @@ impl Store for RedisStore {
     }
 
     async fn rate_hit(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<bool> {
+        self.rate_take(key_id, rpm, now_ms)
+            .await
+            .map(|c| c.admitted)
+    }
+
+    async fn rate_take(&self, key_id: &str, rpm: u32, now_ms: i64) -> StoreResult<RateCount> {
         self.rates
             .hit(&self.conn, &self.scripts, key_id, rpm, now_ms)
             .await

@@ -1,6 +1,6 @@
 //! Per-minute request limits (`rpm`) shared by every instance, counted in blocks.
 //!
-//! An instance takes a block of the key's minute from Redis (`gw_rate_block_v1`: never
+//! An instance takes a block of the key's minute from Redis (`gw_rate_block_v2`: never
 //! past `rpm`), admits requests from it in memory, and takes the next block in the
 //! background when half of it is used. A block is a quarter second of the instance's
 //! own rate for the key, at most `rpm / 16` (and at least 1), so:
@@ -10,10 +10,16 @@
 //!   two blocks each, so with `n` instances serving the key, at most `(n - 1) * rpm / 8`
 //!   requests of the minute can go unused. An instance that keeps receiving requests uses
 //!   its blocks up within a quarter of a second.
+//!
+//! What a key has left in the minute is told from the same calls: each take answers the
+//! minute's count in Redis after it, and the key has left what no instance took yet plus
+//! what this instance took and has not admitted (`rpm - taken + left`). With one instance
+//! that is exactly `rpm` less the requests admitted; with several, blocks other
+//! instances hold unused count as gone.
 
 use super::conn::{map_err, rate, Conn};
 use super::scripts::Scripts;
-use crate::store::StoreResult;
+use crate::store::{RateCount, StoreResult};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,6 +32,8 @@ struct Block {
     left: u32,
     /// Size of the last block taken.
     size: u32,
+    /// The minute's count in Redis as the last take answered it (every instance's blocks).
+    taken: u32,
     fetching: bool,
     /// Hits in the current second, and in the last one.
     second: (Instant, u32),
@@ -38,6 +46,7 @@ impl Block {
             minute,
             left: 0,
             size: 0,
+            taken: 0,
             fetching: false,
             second: (now, 0),
             last_second: 0,
@@ -64,7 +73,8 @@ pub struct Rates {
 }
 
 impl Rates {
-    /// Counts one request of `key_id` against `rpm`; `true` if it is admitted.
+    /// Counts one request of `key_id` against `rpm`: whether it is admitted, and what
+    /// the key has left in the minute (see the module's comment).
     pub async fn hit(
         self: &Arc<Self>,
         conn: &Conn,
@@ -72,8 +82,13 @@ impl Rates {
         key_id: &str,
         rpm: u32,
         now_ms: i64,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<RateCount> {
         let minute = now_ms.div_euclid(60_000);
+        let count = |admitted: bool, taken: u32, left: u32| RateCount {
+            admitted,
+            remaining: Some(rpm.saturating_sub(taken).saturating_add(left)),
+            resets_at_ms: RateCount::window_end_ms(now_ms),
+        };
         let now = Instant::now();
         let want = {
             let mut blocks = self.blocks.lock();
@@ -103,30 +118,34 @@ impl Rates {
                     );
                     tokio::spawn(async move {
                         let got = take(&conn, &scripts, &id, minute, rpm, want).await;
-                        me.add(&id, minute, got.unwrap_or(0));
+                        let (got, taken) = got.unwrap_or((0, None));
+                        me.add(&id, minute, got, taken);
                     });
                 }
-                return Ok(true);
+                return Ok(count(true, b.taken, b.left));
             }
             b.want(rpm)
         };
-        let got = take(conn, scripts, key_id, minute, rpm, want).await?;
+        let (got, taken) = take(conn, scripts, key_id, minute, rpm, want).await?;
         if got == 0 {
-            return Ok(false);
+            return Ok(count(false, taken.unwrap_or(rpm), 0));
         }
-        self.add(key_id, minute, got - 1);
-        Ok(true)
+        let left = self.add(key_id, minute, got - 1, taken);
+        Ok(count(true, taken.unwrap_or(rpm), left.unwrap_or(got - 1)))
     }
 
-    fn add(&self, key_id: &str, minute: i64, n: u32) {
+    /// Adds `n` taken to the key's block of `minute`, with the minute's count in Redis
+    /// after the take; answers what the block holds now.
+    fn add(&self, key_id: &str, minute: i64, n: u32, taken: Option<u32>) -> Option<u32> {
         let mut blocks = self.blocks.lock();
-        if let Some(b) = blocks.get_mut(key_id) {
-            if b.minute == minute {
-                b.left += n;
-                b.size = b.size.max(n);
-                b.fetching = false;
-            }
+        let b = blocks.get_mut(key_id).filter(|b| b.minute == minute)?;
+        b.left += n;
+        b.size = b.size.max(n);
+        b.fetching = false;
+        if let Some(t) = taken {
+            b.taken = b.taken.max(t);
         }
+        Some(b.left)
     }
 }
 
@@ -137,8 +156,8 @@ async fn take(
     minute: i64,
     rpm: u32,
     want: u32,
-) -> StoreResult<u32> {
-    let got: i64 = scripts
+) -> StoreResult<(u32, Option<u32>)> {
+    let (got, taken): (i64, i64) = scripts
         .rate_block
         .key(rate(key_id, minute))
         .arg(rpm)
@@ -146,5 +165,6 @@ async fn take(
         .invoke_async(&mut conn.clone())
         .await
         .map_err(map_err)?;
-    Ok(got.max(0) as u32)
+    let taken = u32::try_from(taken.max(0)).ok();
+    Ok((got.clamp(0, u32::MAX as i64) as u32, taken))
 }

@@ -15,7 +15,7 @@
 //! - `gw:tpm:{TAG}:<minute>` counter: tokens counted in one minute, expiring after it
 //! - `in_flight` in the scope's hash: requests held now
 
-use crate::store::policy::{Limit, LimitKind, PeriodKind, Periods, Scope};
+use crate::store::policy::{Headroom, Limit, LimitKind, PeriodKind, Periods, Scope};
 use crate::store::ReserveDenied;
 
 /// The hash tag of a group's keys.
@@ -78,6 +78,26 @@ pub fn denied(reason: &str) -> Option<ReserveDenied> {
     })
 }
 
+/// Where the tightest limits stand, from the reserve script's answer past its first three
+/// values: the tpm's limit and tokens left, the money limit's name, limit and money left
+/// (`''` where the scopes have none). A value that does not parse leaves its part out.
+pub fn headroom(fields: &[String]) -> Headroom {
+    let at = |i: usize| fields.get(i).map_or("", String::as_str);
+    let mut room = Headroom::default();
+    if let (Ok(limit), Ok(left)) = (at(0).parse::<i64>(), at(1).parse::<i64>()) {
+        room.tokens_limit(limit.max(0) as u64, left.max(0) as u64);
+    }
+    let which = match denied(at(2)) {
+        Some(ReserveDenied::Limit(l)) => Some(l),
+        Some(ReserveDenied::QuotaExhausted) => Some(Limit::key(LimitKind::Quota)),
+        _ => None,
+    };
+    if let (Some(which), Ok(limit), Ok(left)) = (which, at(3).parse(), at(4).parse()) {
+        room.money_limit(which, limit, left);
+    }
+    room
+}
+
 /// Where a refusal stands in the order the checks run in a single script (the key's
 /// state, the group's, money key then group, tokens, in flight): on a Cluster the group
 /// is asked first, and the refusal reported is the one a single script would have named.
@@ -109,7 +129,7 @@ pub fn rank(d: &ReserveDenied) -> u8 {
     }
 }
 
-/// One scope of a reserve: its keys and arguments for gw_reserve_scopes_v1.
+/// One scope of a reserve: its keys and arguments for gw_reserve_scopes_v2.
 pub struct Part {
     pub keys: [String; 8],
     pub args: [String; 5],

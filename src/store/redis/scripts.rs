@@ -32,7 +32,7 @@ end
 
 /// Releases the key's holds that expired by `now` (requests and leases of instances that
 /// died: nobody extended them): they go from `quota_reserved`, and a lease's slack (see
-/// gw_lease_v2) from `lease_slack`. A hold with details (a request counted on policy
+/// gw_lease_v3) from `lease_slack`. A hold with details (a request counted on policy
 /// counters) leaves its money counters and the in-flight count; its tokens stay counted,
 /// and its details are kept for a late settle (pruned after 86400 s).
 macro_rules! purge_fn {
@@ -146,7 +146,7 @@ for i = 1, #ARGV, 2 do
 end
 return redis.call('HGETALL', KEYS[1])";
 
-// gw_reserve_scopes_v1: a hold on one or more scopes (a key, its group) at once.
+// gw_reserve_scopes_v2: a hold on one or more scopes (a key, its group) at once.
 // KEYS per scope (8): hash, rsv, rsva, done, day counter, week counter, month counter,
 // minute's token counter. ARGV: rid, min, max, tokens, ttl, dry ('1': check, hold
 // nothing), scope count, minute; then per scope (5): kind ('key' or 'group'), the group
@@ -165,8 +165,14 @@ return redis.call('HGETALL', KEYS[1])";
 // When the money a key's request needs is free but for what leases hold beyond their
 // instances' requests (their slack), it is refused as `leased` and the key is marked
 // wanted for two seconds: every lease then shrinks to what its instance has in flight
-// (see gw_lease_v2), and the caller asks again.
-// Returns {'ok', grant, counted ('1'/'0')} or {'denied', reason, ''}.
+// (see gw_lease_v3), and the caller asks again.
+// Returns {'ok', grant, counted ('1'/'0')} or {'denied', reason, ''}, then (v2; a retry
+// answered from its hold, a refusal of the key's state and a dry run stop at the three)
+// where the tightest limits stand over every scope, after the hold when granted: the tpm
+// that leaves the fewest tokens in the minute (limit, left) and the money limit that
+// leaves the least (its name as in refusals, `key:quota` for the key's lifetime cap,
+// limit, left); '' for each the scopes do not have. Counted from the same reads as the
+// checks, in the same step: what the answer's x-ratelimit-* headers say.
 const RESERVE: &str = concat!(
     purge_fn!(),
     r"
@@ -213,37 +219,68 @@ for _, c in ipairs(S) do
   end
   if c.counts then counted = '1' end
 end
+-- What the answer tells the caller (its x-ratelimit-* headers): the money limit and the
+-- tpm that leave the least over every scope, read once here and checked below.
+local room = {}
+local function tight(k, name, limit, left)
+  if not room[k] or left < room[k][3] then room[k] = {name, limit, left} end
+end
+for _, c in ipairs(S) do
+  local v = c.v
+  if v[3] then
+    c.avail = tonumber(v[3]) - tonumber(v[4] or '0') - tonumber(v[5] or '0')
+    tight('m', c.kind .. ':quota', tonumber(v[3]), c.avail)
+  end
+  c.left = {}
+  for i = 1, 3 do
+    if v[7 + i] then
+      c.left[i] = tonumber(v[7 + i]) - tonumber(redis.call('GET', c.cnt[i]) or '0')
+      tight('m', c.kind .. ':' .. names[i], tonumber(v[7 + i]), c.left[i])
+    end
+  end
+  if v[11] then
+    c.tokens = tonumber(redis.call('GET', c.tpm) or '0')
+    tight('t', c.kind, tonumber(v[11]), tonumber(v[11]) - c.tokens)
+  end
+end
+-- The answer, with the room left once `money` and `toks` are held (0 when refused).
+local function answer(status, detail, kept, money, toks)
+  local m, t = room.m, room.t
+  local function int(x) return string.format('%d', x) end
+  return {status, detail, kept, t and int(t[2]) or '', t and int(t[3] - toks) or '',
+    m and m[1] or '', m and int(m[2]) or '', m and int(m[3] - money) or ''}
+end
 local grant = max
 for _, c in ipairs(S) do
   local v = c.v
   if v[3] then
-    local avail = tonumber(v[3]) - tonumber(v[4] or '0') - tonumber(v[5] or '0')
+    local avail = c.avail
     if avail < min then
-      if c.kind ~= 'key' then return {'denied', 'group:quota', ''} end
+      if c.kind ~= 'key' then return answer('denied', 'group:quota', '', 0, 0) end
       if not dry and avail + tonumber(v[6] or '0') >= min then
         redis.call('HSET', c.h, 'wanted_until', now + 2)
         return {'denied', 'leased', ''}
       end
-      return {'denied', 'quota', ''}
+      return answer('denied', 'quota', '', 0, 0)
     end
     if avail < grant then grant = avail end
   end
   for i = 1, 3 do
     if v[7 + i] then
-      local left = tonumber(v[7 + i]) - tonumber(redis.call('GET', c.cnt[i]) or '0')
-      if left < min then return {'denied', c.kind .. ':' .. names[i], ''} end
+      local left = c.left[i]
+      if left < min then return answer('denied', c.kind .. ':' .. names[i], '', 0, 0) end
       if left < grant then grant = left end
     end
   end
 end
 for _, c in ipairs(S) do
-  if c.v[11] and tonumber(redis.call('GET', c.tpm) or '0') + tokens > tonumber(c.v[11]) then
-    return {'denied', c.kind .. ':tpm', ''}
+  if c.v[11] and c.tokens + tokens > tonumber(c.v[11]) then
+    return answer('denied', c.kind .. ':tpm', '', 0, 0)
   end
 end
 for _, c in ipairs(S) do
   if inflight and c.v[12] and tonumber(c.v[13] or '0') + 1 > tonumber(c.v[12]) then
-    return {'denied', c.kind .. ':concurrent', ''}
+    return answer('denied', c.kind .. ':concurrent', '', 0, 0)
   end
 end
 if dry then return {'ok', string.format('%d', grant), counted} end
@@ -269,7 +306,7 @@ for _, c in ipairs(S) do
     redis.call('HSET', tagged(c.rsv, 'gw:hold:'), rid, cjson.encode(d))
   end
 end
-return {'ok', string.format('%d', grant), counted}"
+return answer('ok', string.format('%d', grant), counted, grant, tokens)"
 );
 
 // gw_release_v1: KEYS hash, rsv, rsva; ARGV rid. Takes a hold back as if it had never
@@ -381,17 +418,19 @@ redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('EXPIRE', KEYS[1], 172800)
 return 1";
 
-// gw_rate_block_v1: KEYS counter; ARGV rpm, want. Takes up to `want` of the minute's
-// requests for one instance, never past `rpm`; returns how many (0: the limit is met).
+// gw_rate_block_v2: KEYS counter; ARGV rpm, want. Takes up to `want` of the minute's
+// requests for one instance, never past `rpm`; returns {how many (0: the limit is met),
+// the minute's count after it} (v1 returned the first alone: the count is what lets an
+// instance say how many requests the key has left).
 const RATE_BLOCK: &str = r"
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
 local g = math.min(tonumber(ARGV[2]), tonumber(ARGV[1]) - n)
-if g <= 0 then return 0 end
+if g <= 0 then return {0, n} end
 redis.call('INCRBY', KEYS[1], g)
 if n == 0 then redis.call('EXPIRE', KEYS[1], 120) end
-return g";
+return {g, n + g}";
 
-// gw_lease_v2: KEYS key, rsv, rsva, seqs, log; ARGV lease, seq, charge, records, target,
+// gw_lease_v3: KEYS key, rsv, rsva, seqs, log; ARGV lease, seq, charge, records, target,
 // floor, ttl, log cap, held. One instance's lease on the key's quota, and what it settled since
 // its last call, in one step:
 // 1. the batch numbered `seq` (0: none), once per lease: `charge` moves from the lease to
@@ -408,7 +447,9 @@ return g";
 // against every counter): its lease shrinks to the floor and the status answers
 // `policy`, so the instance drains it and gives it back.
 // Returns {status ('' when the key is gone), lease, batch applied (0/1), seconds the key
-// stays valid (-1: no expiry), limited (0/1), wanted (0/1)}.
+// stays valid (-1: no expiry), limited (0/1), wanted (0/1), and (v3) the key's cap and the
+// money nobody holds under it ('' for a key without a cap): what the answers served from
+// the lease tell their callers of the key's budget}.
 const LEASE: &str = concat!(
     purge_fn!(),
     r"
@@ -465,11 +506,15 @@ if live then
   if new ~= cur then redis.call('HINCRBY', KEYS[1], 'quota_reserved', new - cur) end
   if slack ~= old then redis.call('HINCRBY', KEYS[1], 'lease_slack', slack - old) end
 end
-local limited = 0
-if k[3] then limited = 1 end
+local limited, quota, free = 0, '', ''
+if k[3] then
+  limited = 1
+  quota = k[3]
+  free = string.format('%d', tonumber(k[3]) - tonumber(k[4] or '0') - tonumber(k[5] or '0') - (new - cur))
+end
 local status = k[1] or ''
 if policy and k[1] then status = 'policy' end
-return {status, tostring(new), applied, left, limited, wanted}"
+return {status, tostring(new), applied, left, limited, wanted, quota, free}"
 );
 
 /// Every script, hashed once.

@@ -1,7 +1,7 @@
 //! This instance's leases, and the calls that keep them in step with Redis.
 //!
 //! Requests touch only memory here (`try_reserve`, `settle`); a background task sends,
-//! key by key, what was settled and resizes the lease (`gw_lease_v2`) when a batch is
+//! key by key, what was settled and resizes the lease (`gw_lease_v3`) when a batch is
 //! full or old enough (`flush_after`), when the lease runs low, when it is due for
 //! renewal, and when it should shrink. Calls for different keys run concurrently and are
 //! pipelined on the multiplexed connection; calls for one key run one at a time, so its
@@ -12,7 +12,7 @@ use super::lease::{KeyLease, LeaseOptions, Local, Mode, Plan, Reply};
 use super::scripts::Scripts;
 use super::LOG_MAX;
 use crate::store::recent::RecentIds;
-use crate::store::{Micros, ReserveDenied, StoreError, StoreResult};
+use crate::store::{Headroom, Micros, ReserveDenied, StoreError, StoreResult};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -87,6 +87,16 @@ impl Leases {
             self.wake.notify_one();
         }
         Ok(local)
+    }
+
+    /// What a request served from the key's lease tells of the key's cap: see
+    /// [`KeyLease::headroom`]; nothing when this instance holds no lease of the key.
+    pub fn headroom(&self, key_id: &str) -> Headroom {
+        self.state
+            .lock()
+            .keys
+            .get(key_id)
+            .map_or_else(Headroom::default, |k| k.headroom())
     }
 
     /// Counts a grant made by script: enough of them make a lease worth taking.
@@ -210,26 +220,26 @@ impl Leases {
             Some(b) => (b.seq, b.charge, b.records.as_str()),
             None => (0, 0, ""),
         };
-        let (status, lease, _applied, left, limited, wanted): (String, String, i64, i64, i64, i64) =
-            scripts
-                .lease
-                .key(key(key_id))
-                .key(rsv(key_id))
-                .key(rsva(key_id))
-                .key(seqs(key_id))
-                .key(log(key_id))
-                .arg(&self.id)
-                .arg(seq)
-                .arg(charge)
-                .arg(records)
-                .arg(plan.target)
-                .arg(plan.floor)
-                .arg(self.opts.ttl_secs)
-                .arg(LOG_MAX)
-                .arg(plan.held)
-                .invoke_async(&mut conn.clone())
-                .await
-                .map_err(map_err)?;
+        type Answer = (String, String, i64, i64, i64, i64, String, String);
+        let (status, lease, _applied, left, limited, wanted, quota, free): Answer = scripts
+            .lease
+            .key(key(key_id))
+            .key(rsv(key_id))
+            .key(rsva(key_id))
+            .key(seqs(key_id))
+            .key(log(key_id))
+            .arg(&self.id)
+            .arg(seq)
+            .arg(charge)
+            .arg(records)
+            .arg(plan.target)
+            .arg(plan.floor)
+            .arg(self.opts.ttl_secs)
+            .arg(LOG_MAX)
+            .arg(plan.held)
+            .invoke_async(&mut conn.clone())
+            .await
+            .map_err(map_err)?;
         let lease = lease
             .parse::<f64>()
             .map_err(|e| StoreError::internal_from(format!("bad lease {lease}"), e))?
@@ -240,6 +250,7 @@ impl Leases {
             left: (left >= 0).then_some(left),
             limited: limited == 1,
             wanted: wanted == 1,
+            quota: quota.parse().ok().zip(free.parse().ok()),
         })
     }
 

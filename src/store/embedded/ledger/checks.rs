@@ -4,7 +4,9 @@
 use super::GroupAccount;
 use crate::store::embedded::counters::Counters;
 use crate::store::embedded::figures::Figures;
-use crate::store::policy::{Ask, GroupAsk, Limit, LimitKind, PeriodKind, Periods, Policy};
+use crate::store::policy::{
+    Ask, GroupAsk, Headroom, Limit, LimitKind, PeriodKind, Periods, Policy, Scope,
+};
 use crate::store::{KeyStatus, Micros, ReserveDenied};
 
 /// Why the key itself refuses any reserve: disabled, expired, or its group changed since
@@ -158,4 +160,64 @@ fn budgets(
             labels.push((label, p.end));
         }
     }
+}
+
+/// Where the key's and its group's tightest token and money limits stand on these
+/// counters (the caller has made or refused its hold: they are counted as they are). A
+/// group given has its figures, or is left out.
+pub(super) fn headroom(
+    f: &Figures,
+    c: &Counters,
+    group: Option<(&GroupAccount, &GroupAsk)>,
+    ask: &Ask,
+    minute: i64,
+) -> Headroom {
+    let mut room = Headroom::default();
+    let mut count = |scope: Scope,
+                     limit: Option<Micros>,
+                     used: Micros,
+                     policy: &Policy,
+                     c: &Counters,
+                     periods: &Periods| {
+        if let Some(limit) = limit {
+            room.money_limit(
+                Limit {
+                    scope,
+                    kind: LimitKind::Quota,
+                },
+                limit,
+                limit - used - c.held,
+            );
+        }
+        for kind in PeriodKind::ALL {
+            if let Some(budget) = policy.budget(kind) {
+                let spent = c.spent(&periods.get(kind).label());
+                room.money_limit(
+                    Limit {
+                        scope,
+                        kind: LimitKind::Budget(kind),
+                    },
+                    budget,
+                    budget - spent,
+                );
+            }
+        }
+        if let Some(tpm) = policy.tpm {
+            room.tokens_limit(tpm, tpm.saturating_sub(c.tokens(minute)));
+        }
+    };
+    count(Scope::Key, f.limit, f.used, &f.policy, c, &ask.periods);
+    if let Some((g, ga)) = group {
+        if let Some(gf) = &g.figures {
+            count(
+                Scope::Group,
+                gf.limit,
+                gf.used,
+                &gf.policy,
+                &g.c,
+                &ga.periods,
+            );
+        }
+    }
+    room
 }

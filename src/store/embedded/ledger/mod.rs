@@ -33,7 +33,7 @@
 use super::counters::Counters;
 use super::figures::{Detail, Figures, GroupFigures, On};
 use super::Clock;
-use crate::store::policy::{Ask, Limit, LimitKind, Periods, Standing};
+use crate::store::policy::{Ask, GroupAsk, Headroom, Limit, LimitKind, Periods, Standing};
 use crate::store::recent::RecentIds;
 use crate::store::{KeyStatus, Micros, Reservation, ReserveDenied, SETTLED_KEEP_SECS};
 use parking_lot::Mutex;
@@ -44,7 +44,7 @@ use std::sync::Arc;
 mod accounts;
 mod checks;
 
-use checks::{key_refusal, money, rate_refusal, Grant};
+use checks::{headroom, key_refusal, money, rate_refusal, Grant};
 
 /// Reservations that must survive a restart: those of video tasks.
 pub fn durable(reservation_id: &str) -> bool {
@@ -226,19 +226,28 @@ impl Ledger {
     }
 
     /// Decides a reserve (see `Store::reserve_ask`) and, when granted, holds it on every
-    /// counter it was checked against. An id this process settled is refused; one settled
-    /// by an earlier process is known only to the `settled` table, which the writer reads
-    /// first for task ids (the only ids that outlive a process).
-    pub fn reserve(&self, key_id: &str, rid: &str, ask: &Ask, ttl_secs: u64) -> Decision {
+    /// counter it was checked against; with where the key's and its group's limits stand
+    /// under the same lock (after the hold, or as they are when refused). An id this
+    /// process settled is refused; one settled by an earlier process is known only to the
+    /// `settled` table, which the writer reads first for task ids (the only ids that
+    /// outlive a process).
+    pub fn reserve(
+        &self,
+        key_id: &str,
+        rid: &str,
+        ask: &Ask,
+        ttl_secs: u64,
+    ) -> (Decision, Headroom) {
+        let none = |d: Decision| (d, Headroom::default());
         let now = self.clock.now();
         let mut guard = self.books.lock();
         let b = &mut *guard;
         if b.settled.contains(key_id, rid) {
-            return Decision::Denied(ReserveDenied::Released);
+            return none(Decision::Denied(ReserveDenied::Released));
         }
         self.swept(b, now);
         let Some(a) = b.accounts.get_mut(key_id) else {
-            return Decision::NotLoaded;
+            return none(Decision::NotLoaded);
         };
         if let Some(h) = a.holds.get(rid) {
             let r = Reservation {
@@ -246,45 +255,60 @@ impl Ledger {
                 key_id: key_id.to_string(),
                 amount: h.amount,
             };
-            return Decision::Granted(r, false);
+            return none(Decision::Granted(r, false));
         }
         let f = &a.figures;
         if let Err(why) = key_refusal(f, ask, now) {
-            return Decision::Denied(why);
+            return none(Decision::Denied(why));
         }
         let group_denied = Decision::Denied(ReserveDenied::Limit(Limit::group(LimitKind::Group)));
         let group = match (&f.group, &ask.group) {
             (Some(id), Some(ga)) => match b.groups.get_mut(id) {
-                None => return Decision::NotLoaded,
+                None => return none(Decision::NotLoaded),
                 Some(g) => match &g.figures {
                     Some(gf) if gf.status == KeyStatus::Enabled => Some((g, ga)),
-                    _ => return group_denied,
+                    _ => return none(group_denied),
                 },
             },
             _ => None,
         };
+        let minute = ask.minute();
+        let room = |a: &Account, g: Option<(&GroupAccount, &GroupAsk)>| {
+            headroom(&a.figures, &a.c, g, ask, minute)
+        };
         let grant = match money(f, &a.c, group.as_ref().map(|(g, ga)| (&**g, *ga)), ask) {
             Ok(grant) => grant,
-            Err(why) => return Decision::Denied(why),
+            Err(why) => {
+                let r = room(&*a, group.as_ref().map(|(g, ga)| (&**g, *ga)));
+                return (Decision::Denied(why), r);
+            }
         };
-        let minute = ask.minute();
         if let Err(l) = rate_refusal(f, &a.c, group.as_ref().map(|(g, _)| &**g), ask, minute) {
-            return Decision::Denied(ReserveDenied::Limit(l));
+            let r = room(&*a, group.as_ref().map(|(g, ga)| (&**g, *ga)));
+            return (Decision::Denied(ReserveDenied::Limit(l)), r);
         }
 
         // Granted: held on every counter, remembered by the hold.
         let amount = grant.amount;
+        let group_ask = group.as_ref().map(|(_, ga)| *ga);
         let hold = hold(a, group.map(|(g, _)| g), ask, grant, now, minute, ttl_secs);
         let expires = hold.expires;
         a.holds.insert(rid.to_string(), hold);
+        let held_group = a
+            .figures
+            .group
+            .as_ref()
+            .and_then(|id| b.groups.get(id))
+            .zip(group_ask);
+        let r = room(&*a, held_group);
         b.next_expiry = b.next_expiry.min(expires);
         self.live.fetch_add(1, Ordering::Relaxed);
-        let r = Reservation {
+        let reservation = Reservation {
             id: rid.to_string(),
             key_id: key_id.to_string(),
             amount,
         };
-        Decision::Granted(r, true)
+        (Decision::Granted(reservation, true), r)
     }
 
     /// What a hold (live or lapsed) is on, with its tokens: `None` if this process holds
