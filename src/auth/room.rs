@@ -26,9 +26,9 @@ pub struct Window {
     pub resets_at: Instant,
 }
 
-/// The instant `end_ms` is at on the limits' clock, which reads `now_ms` now.
-fn instant_of(end_ms: i64, now_ms: i64) -> Instant {
-    Instant::now() + Duration::from_millis((end_ms - now_ms).max(0) as u64)
+/// The instant `end_ms` is at on the limits' clock, which read `now_ms` at `base`.
+fn instant_of(end_ms: i64, now_ms: i64, base: Instant) -> Instant {
+    base + Duration::from_millis((end_ms - now_ms).max(0) as u64)
 }
 
 /// How long from `now` to `at`, in milliseconds (0 once it is past).
@@ -94,10 +94,14 @@ impl Room {
     /// The request's own count against the key's `rpm`, made at `now_ms` on the
     /// limits' clock.
     pub fn count_requests(&mut self, rpm: u32, count: &RateCount, now_ms: i64) {
+        self.count_requests_at(rpm, count, now_ms, Instant::now())
+    }
+
+    fn count_requests_at(&mut self, rpm: u32, count: &RateCount, now_ms: i64, base: Instant) {
         self.requests = count.remaining.map(|left| Window {
             limit: rpm.into(),
             remaining: left.into(),
-            resets_at: instant_of(count.resets_at_ms, now_ms),
+            resets_at: instant_of(count.resets_at_ms, now_ms, base),
         });
     }
 
@@ -105,10 +109,14 @@ impl Room {
     /// minute its tokens count in, and the period (of the key's calendar or of its
     /// group's) the tightest budget belongs to.
     pub fn counted(room: &Headroom, ask: &Ask, now_ms: i64) -> Room {
+        Room::counted_at(room, ask, now_ms, Instant::now())
+    }
+
+    fn counted_at(room: &Headroom, ask: &Ask, now_ms: i64, base: Instant) -> Room {
         let tokens = room.tokens.map(|t| Window {
             limit: t.limit,
             remaining: t.left,
-            resets_at: instant_of((ask.minute() + 1) * 60_000, now_ms),
+            resets_at: instant_of((ask.minute() + 1) * 60_000, now_ms, base),
         });
         let budget = room.money.map(|(which, m)| {
             let periods = match which.scope {
@@ -122,7 +130,7 @@ impl Room {
             Budget {
                 limit: m.limit,
                 left: m.left.max(0),
-                resets_at: ends.map(|end| instant_of(end, now_ms)),
+                resets_at: ends.map(|end| instant_of(end, now_ms, base)),
             }
         });
         Room {
@@ -259,7 +267,7 @@ mod tests {
             )),
         };
         let counted = Instant::now();
-        let r = Room::counted(&room, &ask, at * 1000 + 500);
+        let r = Room::counted_at(&room, &ask, at * 1000 + 500, counted);
         let h = header(&r, counted, 0);
         assert_eq!(get(&h, LIMIT_TOKENS), Some("1000"));
         assert_eq!(get(&h, REMAINING_TOKENS), Some("400"));
@@ -297,7 +305,7 @@ mod tests {
     fn requests_count_down_and_say_when_the_minute_ends() {
         let mut r = Room::default();
         let counted = Instant::now();
-        r.count_requests(
+        r.count_requests_at(
             3,
             &RateCount {
                 admitted: false,
@@ -305,6 +313,7 @@ mod tests {
                 resets_at_ms: 120_000,
             },
             119_880,
+            counted,
         );
         let h = header(&r, counted, 0);
         assert_eq!(get(&h, LIMIT_REQUESTS), Some("3"));
