@@ -273,3 +273,30 @@ fn the_check_config_command_fails_on_an_expired_certificate() {
     assert!(text.contains("tls.certificates[0].cert"), "{text}");
     assert!(text.contains("expired"), "{text}");
 }
+
+/// The deploy files mount the certificate files where the configuration's commented
+/// `tls:` section reads them, and that section, uncommented, is what the gateway takes.
+#[test]
+fn the_deploy_files_mount_the_certificates_where_the_configuration_reads_them() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let read = |f: &str| std::fs::read_to_string(deploy.join(f)).unwrap();
+    let config = read("gateway.yaml");
+    let section: String = config
+        .lines()
+        .skip_while(|l| !l.starts_with("# tls:"))
+        .take_while(|l| l.starts_with("# "))
+        .map(|l| format!("{}\n", &l[2..]))
+        .collect();
+    let v: serde_yaml::Value = serde_yaml::from_str(&section).unwrap();
+    let dir = "/etc/model-gateway/tls";
+    let first = &v["tls"]["certificates"][0];
+    for file in ["cert", "key"] {
+        assert!(first[file].as_str().unwrap().starts_with(dir), "{section}");
+    }
+    assert!(read("docker-compose.yml").contains(&format!("./tls:{dir}:ro")));
+    let k8s = read("k8s/deployment.yaml");
+    assert!(k8s.contains(&format!(
+        "{{ name: tls, mountPath: {dir}, readOnly: true }}"
+    )));
+    assert!(k8s.contains("secretName: model-gateway-tls"));
+}
