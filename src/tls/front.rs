@@ -51,16 +51,6 @@ impl Front {
         Front { live, side }
     }
 
-    /// Whether the listener has TLS (it is fixed at start: turning it on or off takes a
-    /// restart).
-    pub fn has_tls(&self) -> bool {
-        let gw = self.live.current();
-        match self.side {
-            Side::Client => gw.config.tls.is_some(),
-            Side::Admin => gw.config.admin.as_ref().is_some_and(|a| a.tls.is_some()),
-        }
-    }
-
     /// Reads a PROXY header (when trusted addresses are configured) and negotiates TLS
     /// (when the listener has it), all before `deadline`.
     pub async fn open(&self, stream: Stream, deadline: Instant) -> Opened {
