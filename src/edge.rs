@@ -14,17 +14,26 @@
 //!
 //! Per request this costs one copy of the header and a second parse of it
 //! (microseconds); the body and the answer never pass through here.
+//!
+//! On a listener with TLS or the PROXY protocol, the connection is opened first (see
+//! [`crate::tls`]): the handshake is done within the header deadline, a plain HTTP
+//! request on the TLS port is refused in the clear, and a connection that negotiated
+//! HTTP/2 is served by Pingora's HTTP/2 server, with this edge's bounds in its options
+//! (streams per connection, header list size, idle time; see [`h2_options`]).
 
 use crate::config::Limits;
 use crate::errors::{ErrorShape, GatewayError};
 use crate::ids;
+use crate::tls::front::{self, Front, Opened};
 use async_trait::async_trait;
 use bytes::{BufMut, BytesMut};
 use parking_lot::Mutex;
+use pingora::apps::HttpServerOptions;
 use pingora::apps::{HttpPersistentSettings, HttpServerApp, ServerApp};
 use pingora::protocols::http::v1::server::HttpSession;
+use pingora::protocols::http::v2::server::{default_h2_options, H2Options};
 use pingora::protocols::http::ServerSession;
-use pingora::protocols::Stream;
+use pingora::protocols::{Stream, ALPN};
 use pingora::server::ShutdownWatch;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,6 +63,7 @@ pub struct EdgeLimits {
     pub idle_keepalive: Option<Duration>,
     pub max_connections: usize,
     pub max_header_bytes: usize,
+    pub max_concurrent_streams: u32,
 }
 
 impl From<&Limits> for EdgeLimits {
@@ -63,14 +73,40 @@ impl From<&Limits> for EdgeLimits {
             idle_keepalive: l.idle_keepalive,
             max_connections: l.max_client_connections,
             max_header_bytes: l.max_header_bytes,
+            max_concurrent_streams: l.max_concurrent_streams,
         }
     }
+}
+
+/// What a plain HTTP client on a TLS listener is told.
+const PLAIN_ON_TLS: &str =
+    "This port speaks HTTPS and the request came as plain HTTP: use an https:// URL.";
+
+/// Pingora's HTTP/2 server options with the edge's bounds: streams at once per connection
+/// (a stream past it is refused alone, with `REFUSED_STREAM`), the decoded header list's
+/// size.
+pub fn h2_options(limits: &EdgeLimits) -> H2Options {
+    let mut options = default_h2_options();
+    options.max_concurrent_streams(limits.max_concurrent_streams);
+    options.max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX));
+    options
+}
+
+/// Pingora's HTTP server options with the edge's bounds: an HTTP/2 connection with no
+/// stream open is closed after the keep-alive idle time (the header deadline when
+/// connections are not kept alive).
+pub fn server_options(limits: &EdgeLimits) -> HttpServerOptions {
+    let mut options = HttpServerOptions::default();
+    options.h2_idle_timeout = Some(limits.idle_keepalive.unwrap_or(limits.header_timeout));
+    options
 }
 
 /// An HTTP/1 application (the proxy) behind the edge.
 pub struct Edge<A> {
     app: Arc<A>,
     limits: EdgeLimits,
+    /// TLS and the PROXY protocol, when the listener has either.
+    front: Option<Front>,
     permits: Arc<Semaphore>,
     /// When the cap was last logged, and the connections refused since.
     cap_log: Mutex<(Option<Instant>, u64)>,
@@ -82,8 +118,15 @@ impl<A> Edge<A> {
             app: Arc::new(app),
             permits: Arc::new(Semaphore::new(limits.max_connections)),
             limits,
+            front: None,
             cap_log: Mutex::new((None, 0)),
         }
+    }
+
+    /// Connections are opened through `front` (TLS, PROXY protocol) before HTTP.
+    pub fn with_front(mut self, front: Front) -> Edge<A> {
+        self.front = Some(front);
+        self
     }
 
     fn log_cap(&self) {
@@ -117,6 +160,23 @@ where
             Box::pin(refuse(&mut stream, &GatewayError::TooManyConnections)).await;
             return None;
         };
+        if let Some(front) = &self.front {
+            let deadline = Instant::now() + self.limits.header_timeout;
+            stream = match Box::pin(front.open(stream, deadline)).await {
+                Opened::Ready(s) => s,
+                Opened::Plain(mut s) => {
+                    let e = GatewayError::bad_request(None, PLAIN_ON_TLS);
+                    Box::pin(refuse(&mut s, &e)).await;
+                    return None;
+                }
+                Opened::Gone => return None,
+            };
+            if matches!(stream.selected_alpn_proto(), Some(ALPN::H2)) {
+                // Pingora's HTTP/2 server, under the options the app was given.
+                let stream = front::h2_preface(stream, deadline).await?;
+                return self.app.process_new(stream, shutdown).await;
+            }
+        }
         let mut shutdown = shutdown.clone();
         let mut persistent: Option<HttpPersistentSettings> = None;
         let mut first = true;

@@ -198,6 +198,17 @@ impl Live {
         keep!(log_format, "log");
         keep!(telemetry, "telemetry");
         keep!(upgrade_sock, "upgrade_sock");
+        // Whether a listener speaks TLS is fixed at start; its certificates rotate here.
+        if next.tls.is_some() != old.tls.is_some() {
+            restart_required.push("tls");
+            next.tls.clone_from(&old.tls);
+        }
+        if let (Some(n), Some(o)) = (&mut next.admin, &old.admin) {
+            if n.tls.is_some() != o.tls.is_some() {
+                restart_required.push("admin.tls");
+                n.tls.clone_from(&o.tls);
+            }
+        }
         // A channel at the same address keeps its health (circuit, counters); a new or
         // moved one starts closed.
         for c in &mut next.channels {

@@ -34,4 +34,5 @@ pub mod request;
 pub mod route;
 pub mod server;
 pub mod store;
+pub mod tls;
 pub mod video;

@@ -19,6 +19,7 @@ use crate::gateway::{open_store_waiting, Gateway, Live};
 use crate::observe::Observer;
 use crate::proxy::GatewayProxy;
 use crate::store::Store;
+use crate::tls::front::{Front, Side};
 use crate::video::poller::Poller;
 use parking_lot::Mutex;
 use pingora::server::configuration::{Opt, ServerConf};
@@ -56,14 +57,18 @@ fn server_conf(config: &Config) -> ServerConf {
 }
 
 /// The client listener: the proxy behind the edge (header deadline, idle bound,
-/// connection cap, framing refusals in the envelope).
+/// connection cap, framing refusals in the envelope), with TLS, HTTP/2 and the PROXY
+/// protocol when configured.
 fn proxy_service(
     live: &Arc<Live>,
     conf: &Arc<ServerConf>,
 ) -> Listening<Edge<pingora::proxy::HttpProxy<GatewayProxy>>> {
     let gw = live.current();
-    let proxy = pingora::proxy::http_proxy(conf, GatewayProxy::new(live.clone()));
-    let edge = Edge::new(proxy, EdgeLimits::from(&gw.config.limits));
+    let limits = EdgeLimits::from(&gw.config.limits);
+    let mut proxy = pingora::proxy::http_proxy(conf, GatewayProxy::new(live.clone()));
+    proxy.h2_options = Some(crate::edge::h2_options(&limits));
+    proxy.server_options = Some(crate::edge::server_options(&limits));
+    let edge = Edge::new(proxy, limits).with_front(Front::new(live.clone(), Side::Client));
     let mut svc = Listening::new("gateway".into(), edge);
     svc.add_tcp(&gw.config.listen.to_string());
     svc
@@ -77,7 +82,8 @@ fn admin_service(live: &Arc<Live>) -> Option<Listening<Edge<AdminApp>>> {
     let edge = Edge::new(
         AdminApp::new(live.clone()),
         EdgeLimits::from(&gw.config.limits),
-    );
+    )
+    .with_front(Front::new(live.clone(), Side::Admin));
     let mut svc = Listening::new("admin".into(), edge);
     svc.add_tcp(&admin.listen.to_string());
     Some(svc)

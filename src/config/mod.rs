@@ -76,6 +76,7 @@ impl fmt::Debug for StoreConfig {
 pub struct AdminConfig {
     pub listen: SocketAddr,
     pub token: String,
+    pub tls: Option<crate::tls::TlsConfig>,
 }
 
 impl fmt::Debug for AdminConfig {
@@ -83,6 +84,7 @@ impl fmt::Debug for AdminConfig {
         f.debug_struct("AdminConfig")
             .field("listen", &self.listen)
             .field("token", &Hidden(&self.token))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -103,6 +105,8 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// IANA name, known to the bundled zone database.
     pub time_zone: String,
+    /// HTTP/2 streams open at once per client connection.
+    pub max_concurrent_streams: u32,
 }
 
 /// The largest `limits.max_header_bytes`: Pingora, which parses the header again, takes
@@ -246,6 +250,10 @@ pub struct Config {
     pub upgrade_sock: PathBuf,
     /// The file this configuration was read from (what a reload reads again).
     pub source: Option<PathBuf>,
+    /// TLS on the client listener.
+    pub tls: Option<crate::tls::TlsConfig>,
+    /// Balancers trusted to send a PROXY header; empty: the PROXY protocol is off.
+    pub proxy_protocol: Vec<IpNet>,
 }
 
 impl Config {
@@ -301,7 +309,12 @@ impl Config {
 
     fn from_raw(raw: RawConfig, base: &Path) -> Result<Config, ConfigError> {
         let listen = sections::parse_addr("listen", &raw.listen)?;
-        let admin = sections::admin(raw.admin)?;
+        let admin = sections::admin(raw.admin, base)?;
+        let tls = raw
+            .tls
+            .map(|t| crate::tls::TlsConfig::from_raw(t, "tls", base, false))
+            .transpose()?;
+        let proxy_protocol = sections::proxy_protocol(raw.proxy_protocol)?;
         let store = sections::store(raw.store, base)?;
         sections::check_limits(&raw.limits)?;
         let trusted_proxies = sections::trusted_proxies(&raw.trusted_proxies)?;
@@ -356,6 +369,8 @@ impl Config {
             telemetry,
             upgrade_sock: PathBuf::from(raw.upgrade_sock),
             source: None,
+            tls,
+            proxy_protocol,
         })
     }
 

@@ -49,6 +49,42 @@ pub struct RawConfig {
     /// the running one.
     #[serde(default = "default_upgrade_sock")]
     pub upgrade_sock: String,
+    /// TLS on the client listener (`listen`); plain HTTP when absent.
+    pub tls: Option<RawTls>,
+    /// The PROXY protocol (v1, v2) on the client listener, from these balancers only.
+    pub proxy_protocol: Option<RawProxyProtocol>,
+}
+
+/// A listener's TLS: `tls` (the client listener) or `admin.tls`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    /// Certificate chains with their keys (PEM files); the first is served to clients
+    /// that send no server name (SNI) or one no certificate has.
+    pub certificates: Vec<RawCertificate>,
+    /// Offer HTTP/2 by ALPN beside HTTP/1.1 (client listener; default true).
+    pub http2: Option<bool>,
+    /// `"1.2"` (the default: TLS 1.2 and 1.3) or `"1.3"`.
+    pub min_version: Option<String>,
+    /// PEM file of the CAs whose client certificates are required (mTLS); none asked
+    /// for when absent.
+    pub client_ca: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCertificate {
+    /// The certificate chain, leaf first.
+    pub cert: String,
+    pub key: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawProxyProtocol {
+    /// Addresses or CIDRs of the balancers allowed to send a PROXY header; a header from
+    /// any other address closes the connection.
+    pub trusted: Vec<String>,
 }
 
 fn default_upgrade_sock() -> String {
@@ -138,6 +174,8 @@ fn default_key_cache_ttl() -> u64 {
 pub struct RawAdmin {
     pub listen: String,
     pub token: String,
+    /// TLS on the admin listener, optionally with client certificates (`client_ca`).
+    pub tls: Option<RawTls>,
 }
 
 impl fmt::Debug for RawAdmin {
@@ -218,6 +256,14 @@ pub struct RawLimits {
     /// that name none.
     #[serde(default = "default_time_zone")]
     pub time_zone: String,
+    /// HTTP/2 streams open at once on one client connection; a stream past it is
+    /// refused (`REFUSED_STREAM`) while the others carry on.
+    #[serde(default = "default_max_concurrent_streams")]
+    pub max_concurrent_streams: u32,
+}
+
+fn default_max_concurrent_streams() -> u32 {
+    100
 }
 
 impl Default for RawLimits {
@@ -233,6 +279,7 @@ impl Default for RawLimits {
             max_client_connections: default_max_client_connections(),
             max_header_bytes: default_max_header_bytes(),
             time_zone: default_time_zone(),
+            max_concurrent_streams: default_max_concurrent_streams(),
         }
     }
 }

@@ -19,7 +19,10 @@ use std::time::Duration;
 pub(super) type ChannelPrices = BTreeMap<String, BTreeMap<String, Price>>;
 
 /// The admin listener, if configured: its token must be long enough to be a secret.
-pub(super) fn admin(a: Option<raw::RawAdmin>) -> Result<Option<AdminConfig>, ConfigError> {
+pub(super) fn admin(
+    a: Option<raw::RawAdmin>,
+    base: &Path,
+) -> Result<Option<AdminConfig>, ConfigError> {
     let admin = match a {
         None => None,
         Some(a) => {
@@ -32,6 +35,10 @@ pub(super) fn admin(a: Option<raw::RawAdmin>) -> Result<Option<AdminConfig>, Con
             Some(AdminConfig {
                 listen: parse_addr("admin.listen", &a.listen)?,
                 token: a.token,
+                tls: a
+                    .tls
+                    .map(|t| crate::tls::TlsConfig::from_raw(t, "admin.tls", base, true))
+                    .transpose()?,
             })
         }
     };
@@ -88,6 +95,9 @@ pub(super) fn check_limits(l: &raw::RawLimits) -> Result<(), ConfigError> {
     if l.header_timeout_secs == 0 {
         return Err(err("limits.header_timeout_secs", "must be positive"));
     }
+    if l.max_concurrent_streams == 0 {
+        return Err(err("limits.max_concurrent_streams", "must be positive"));
+    }
     if l.max_client_connections == 0 {
         return Err(err("limits.max_client_connections", "must be positive"));
     }
@@ -126,7 +136,33 @@ pub(super) fn limits(l: raw::RawLimits) -> Limits {
         max_client_connections: l.max_client_connections,
         max_header_bytes: l.max_header_bytes,
         time_zone: l.time_zone,
+        max_concurrent_streams: l.max_concurrent_streams,
     }
+}
+
+/// The balancers trusted to send a PROXY header.
+pub(super) fn proxy_protocol(p: Option<raw::RawProxyProtocol>) -> Result<Vec<IpNet>, ConfigError> {
+    let Some(p) = p else {
+        return Ok(Vec::new());
+    };
+    if p.trusted.is_empty() {
+        return Err(err(
+            "proxy_protocol.trusted",
+            "must name the balancers allowed to send a PROXY header",
+        ));
+    }
+    p.trusted
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            parse_net(t).ok_or_else(|| {
+                err(
+                    format!("proxy_protocol.trusted[{i}]"),
+                    "not a CIDR or IP address",
+                )
+            })
+        })
+        .collect()
 }
 
 /// The proxies whose forwarded client address is believed, each a CIDR or an address.

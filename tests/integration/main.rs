@@ -31,6 +31,8 @@ mod process;
 mod providers;
 #[path = "../support/redis.rs"]
 mod redis_server;
+#[path = "../support/tls.rs"]
+mod tls_ca;
 #[path = "../support/usage_apis.rs"]
 mod usage_apis;
 #[path = "../support/vertex_mock.rs"]
@@ -75,6 +77,12 @@ mod redis_policy;
 mod sdk;
 mod stores;
 mod task_store;
+mod tls;
+mod tls_admin;
+mod tls_clients;
+mod tls_h2;
+mod tls_proxy_protocol;
+mod tls_rotation;
 mod two_instances;
 mod upgrade;
 mod vertex;
