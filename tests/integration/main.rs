@@ -73,6 +73,7 @@ mod reconcile;
 mod redis_policy;
 mod sdk;
 mod stores;
+mod stream_pace;
 mod task_store;
 mod two_instances;
 mod upgrade;
