@@ -1,12 +1,15 @@
 //! Load benchmark: the gateway against a bare Pingora passthrough, in one process and
-//! one run, on the same machine at the same moment (the budget is ratios and differences
-//! against that baseline, since absolute figures drift on shared machines).
+//! one run, on the same machine at the same moment (the budget is differences against
+//! that baseline, chiefly CPU per request read from `/proc`, since absolute figures and
+//! throughput drift on shared machines).
 //!
 //! `cargo bench --bench load` starts a mock upstream per target, the targets (direct,
 //! passthrough, the gateway on the embedded store, on a private `redis-server` and on a
 //! private 3-master Redis Cluster), runs every scenario against every target in turn
 //! (the closed, open and streaming ones in `LOAD_ROUNDS` alternating rounds, 3 by
-//! default, reporting the median), prints the budget with PASS/FAIL, and writes
+//! default, reporting the median), then the scenarios kept in files of their own
+//! ([`report::Section`]: `long.rs`, streams of a real answer's length, same protocol and
+//! translated), prints the budget with PASS/FAIL, and writes
 //! `target/bench-load.md` and `target/bench-load.svg`.
 //!
 //! Run without `--bench` (as `cargo test --all-targets` does), it is a smoke run of a
@@ -17,6 +20,8 @@
 mod checks;
 #[path = "load/http.rs"]
 mod http;
+#[path = "load/long.rs"]
+mod long;
 #[path = "load/markdown.rs"]
 mod markdown;
 #[path = "load/redis.rs"]
@@ -32,7 +37,7 @@ mod targets;
 #[path = "load/upstream.rs"]
 mod upstream;
 
-use report::{Big, Cpu, Meta, TargetResult};
+use report::{Big, Cpu, Meta, Section, TargetResult};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,6 +63,10 @@ struct Plan {
     /// Streams from a fast upstream (throughput): connections and duration per target.
     flow_conns: usize,
     flow: Duration,
+    /// Streams of a real answer's length (`long.rs`): concurrent streams, duration per
+    /// target and round.
+    long_conns: usize,
+    long: Duration,
     /// Streaming chat: concurrent streams, duration per target, events and their interval.
     stream_conns: usize,
     stream: Duration,
@@ -84,6 +93,8 @@ const FULL: Plan = Plan {
     rounds: 3,
     flow_conns: 32,
     flow: Duration::from_secs(4),
+    long_conns: 16,
+    long: Duration::from_secs(3),
     stream_conns: 32,
     stream: Duration::from_secs(5),
     sse_events: 50,
@@ -106,6 +117,8 @@ const QUICK: Plan = Plan {
     rounds: 1,
     flow_conns: 2,
     flow: Duration::from_millis(100),
+    long_conns: 2,
+    long: Duration::from_millis(100),
     stream_conns: 4,
     stream: Duration::from_millis(100),
     sse_events: 10,
@@ -317,6 +330,7 @@ fn main() {
             plan.warmup / 4,
             upstream::pieces_in(plan.sse_events),
             plan.sse_interval,
+            scenarios::DONE,
         ));
     }
 
@@ -324,7 +338,7 @@ fn main() {
     // made seconds, not minutes, apart, and noise shows as spread between rounds.
     if only.scenario("closed") {
         let mut runs: Vec<Vec<scenarios::Closed>> = list.iter().map(|_| Vec::new()).collect();
-        let mut cpu = vec![(0.0, 0.0, 0u64); list.len()];
+        let mut cpu: Vec<Vec<Cpu>> = list.iter().map(|_| Vec::new()).collect();
         let mut work: Vec<(Option<redis::Work>, u64)> = vec![(None, 0); list.len()];
         for round in 0..rounds {
             for (k, (t, r)) in list.iter().zip(&reqs).enumerate() {
@@ -337,9 +351,11 @@ fn main() {
                 ));
                 let (cpu1, w1) = (sys::thread_cpu(), redises.work(t));
                 let d = |g: &str| cpu1.get(g).unwrap_or(&0.0) - cpu0.get(g).unwrap_or(&0.0);
-                cpu[k].0 += d("servers");
-                cpu[k].1 += d("store");
-                cpu[k].2 += c.requests;
+                let n = c.requests.max(1) as f64;
+                cpu[k].push(Cpu {
+                    proxy_us: d("servers") * 1e6 / n,
+                    store_us: d("store") * 1e6 / n,
+                });
                 redis::add_work(&mut work[k].0, w0, w1);
                 work[k].1 += c.requests;
                 if let Some(w) =
@@ -363,11 +379,7 @@ fn main() {
             }
         }
         for (k, res) in results.iter_mut().enumerate() {
-            let n = cpu[k].2.max(1) as f64;
-            res.cpu = Some(Cpu {
-                proxy_us: cpu[k].0 * 1e6 / n,
-                store_us: cpu[k].1 * 1e6 / n,
-            });
+            res.cpu = scenarios::median_by(std::mem::take(&mut cpu[k]), report::cpu_total);
             res.redis = redis::per_request(work[k].0, work[k].1);
             res.closed = scenarios::median_by(std::mem::take(&mut runs[k]), |c| c.rate());
         }
@@ -421,6 +433,7 @@ fn main() {
                     plan.flow,
                     upstream::pieces_in(plan.sse_events),
                     Duration::ZERO,
+                    scenarios::DONE,
                 ));
                 println!(
                     "fast streams {round} {:<28} {:>8.0} streams/s  errors {}",
@@ -435,6 +448,16 @@ fn main() {
             res.flow = scenarios::median_by(std::mem::take(&mut runs[k]), |s| s.rate());
         }
     }
+    let mut sections: Vec<Box<dyn Section>> = Vec::new();
+    if only.scenario("long") {
+        let p = long::Plan {
+            conns: plan.long_conns,
+            dur: plan.long,
+            warmup: plan.warmup / 2,
+            rounds,
+        };
+        sections.push(Box::new(long::run(&list, &client, &p)));
+    }
     for ((t, r), res) in list.iter().zip(&reqs).zip(&mut results) {
         if !only.scenario("stream") {
             break;
@@ -446,6 +469,7 @@ fn main() {
             plan.stream,
             upstream::pieces_in(plan.sse_events),
             plan.sse_interval,
+            scenarios::DONE,
         ));
         println!(
             "streaming     {:<28} TTFB p99 {:>6.0} µs  gap p50 {:>6.0} µs  streams {}  errors {}",
@@ -525,10 +549,16 @@ fn main() {
         idle_big: idle.iter().copied().max().unwrap_or(0),
         rounds,
     };
-    let lines = report::budget(&results, &meta);
+    let mut lines = report::budget(&results, &meta);
+    for x in &sections {
+        lines.extend(x.lines());
+    }
     let elapsed = t_start.elapsed().as_secs_f64();
     if quick {
-        let failures = checks::smoke_failures(&results);
+        let mut failures = checks::smoke_failures(&results);
+        for x in &sections {
+            failures.extend(x.failures());
+        }
         drop(list);
         if !failures.is_empty() {
             eprintln!("load smoke run failed: {}", failures.join("; "));
@@ -542,6 +572,9 @@ fn main() {
         println!("  [{}] {} — {}", l.verdict(), l.text, l.measured);
     }
     let mut md = markdown::markdown(&results, &meta, &lines);
+    for x in &sections {
+        x.markdown(&mut md);
+    }
     md.push_str(&format!("\nWhole run: {elapsed:.0} s.\n"));
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/target");
     for (name, text) in [
@@ -561,7 +594,9 @@ fn main() {
 
 fn settings(p: &Plan, idle: &[usize], rounds: usize) -> Vec<String> {
     vec![
-        format!("The closed-loop, open-loop and fast-streaming scenarios run in {rounds} alternating rounds (every target in turn, then again); each line reports the round with the median figure. CPU per request and Redis work per request add up every round."),
+        format!("The closed-loop, open-loop, fast-streaming and long-stream scenarios run in {rounds} alternating rounds (every target in turn, then again); each line reports the round with the median figure (CPU per request: the round with the median CPU per request). Redis work per request adds up every round."),
+        "CPU per request: user + system time from `/proc/self/task/*/stat`, summed over the threads of a group (the proxies' runtime `servers`, the embedded store's threads), over the round, divided by the requests completed. The budget is judged on it: unlike throughput and latency it does not depend on who else uses the cores.".into(),
+        format!("Long streams: {} concurrent streams for {:?} per target and round, from an upstream that writes {} content events without pause (one write each); chat → chat, a messages client on a chat upstream, a chat client on a messages upstream.", p.long_conns, p.long, upstream::LONG_PIECES),
         "One process: mock upstreams (1 Tokio thread), proxies (one 2-thread Tokio runtime, as the gateway's `threads: 2`), load generator (2 Tokio threads; open loop on plain threads). All share the machine's 2 cores.".into(),
         format!("Small chat: {} connections closed loop for {:?} per target (after a {:?} warm-up); open loop {:.0} req/s over {} connections for {:?}, latency from the intended send time.", p.closed_conns, p.closed, p.warmup, p.open_rate, p.open_conns, p.open),
         format!("Streaming throughput: {} concurrent streams for {:?} from an upstream that writes its {} events without pause (one write each). Paced streaming: {} concurrent streams for {:?}; each {} events ({} content events) {:?} apart.", p.flow_conns, p.flow, p.sse_events, p.stream_conns, p.stream, p.sse_events, upstream::pieces_in(p.sse_events), p.sse_interval),

@@ -1,6 +1,9 @@
-//! The budget of issue 14 (and the lines of issue 6 that still stand), each judged
-//! against the bare Pingora passthrough measured in the same run. The Markdown report and
-//! the chart are in `markdown.rs`.
+//! The budget, each line judged against the bare Pingora passthrough measured in the same
+//! run: CPU per request of the proxy (from `/proc`), Redis work, memory per idle stream,
+//! streams never held back, copies of a large body. Throughput ratios and open-loop
+//! latencies are reported as figures, not judged: they depend on who else uses the cores.
+//! Scenarios kept in files of their own add their lines through [`Section`]. The Markdown
+//! report and the chart are in `markdown.rs`.
 
 use super::scenarios::{us, Closed, Idle, Open, Streams};
 use super::targets::Kind;
@@ -89,18 +92,49 @@ pub struct Meta {
 pub struct Line {
     pub text: String,
     pub measured: String,
-    /// `None`: not measured in this run (the note says why).
+    /// `None`: not measured in this run (the note says why), or a figure.
     pub pass: Option<bool>,
+    /// Reported, not judged (throughput ratios and latencies depend on who else uses
+    /// the cores; the budget is CPU per request).
+    pub figure: bool,
 }
 
 impl Line {
-    pub fn verdict(&self) -> &'static str {
-        match self.pass {
-            Some(true) => "PASS",
-            Some(false) => "FAIL",
-            None => "n/a",
+    pub fn judged(text: String, measured: String, pass: Option<bool>) -> Line {
+        Line {
+            text,
+            measured,
+            pass,
+            figure: false,
         }
     }
+
+    pub fn figure(text: String, measured: String) -> Line {
+        Line {
+            text,
+            measured,
+            pass: None,
+            figure: true,
+        }
+    }
+
+    pub fn verdict(&self) -> &'static str {
+        match (self.figure, self.pass) {
+            (true, _) => "figure",
+            (false, Some(true)) => "PASS",
+            (false, Some(false)) => "FAIL",
+            (false, None) => "n/a",
+        }
+    }
+}
+
+/// A scenario kept in a file of its own (`long.rs`, …): its lines in the budget and its
+/// table in the report, after the scenarios of this harness.
+pub trait Section {
+    fn lines(&self) -> Vec<Line>;
+    fn markdown(&self, out: &mut String);
+    /// What went wrong, for the smoke run (a scenario that never succeeded, errors).
+    fn failures(&self) -> Vec<String>;
 }
 
 pub fn find(rs: &[TargetResult], kind: Kind) -> Option<&TargetResult> {
@@ -111,18 +145,8 @@ fn gateways(rs: &[TargetResult]) -> impl Iterator<Item = &TargetResult> {
     rs.iter().filter(|r| r.kind == Kind::Gateway)
 }
 
-/// Share of the passthrough's closed-loop throughput each gateway needs, by store.
-fn throughput_goal(name: &str) -> f64 {
-    if name.contains("redis") {
-        0.75
-    } else {
-        0.85
-    }
-}
-
-pub const STREAM_GOAL: f64 = 0.80;
-pub const ADDED_P50_US: f64 = 100.0;
-pub const ADDED_P99_US: f64 = 1000.0;
+/// CPU per small chat request (whole answer) the gateway may add to the passthrough's.
+pub const SMALL_CHAT_ADDED_US: f64 = 35.0;
 pub const SCRIPTS_MAX: f64 = 0.1;
 pub const REDIS_CPU_US_MAX: f64 = 5.0;
 /// Memory the gateway may hold per idle stream beyond what the passthrough holds.
@@ -167,19 +191,26 @@ pub fn coalesced_share(s: &Streams) -> f64 {
     }
 }
 
-fn ratio_line(text: String, goal: f64, got: Option<(f64, f64, u64)>, unit: &str) -> Line {
-    let (measured, pass) = match got {
-        Some((a, b, errors)) if b > 0.0 => (
-            format!("{a:.0} vs {b:.0} {unit} = {:.0} %", a / b * 100.0),
-            Some(a / b >= goal && errors == 0),
+/// A throughput ratio: a figure, not a verdict (the load generator shares the cores).
+fn ratio_line(text: String, got: Option<(f64, f64, u64)>, unit: &str) -> Line {
+    let measured = match got {
+        Some((a, b, errors)) if b > 0.0 => format!(
+            "{a:.0} vs {b:.0} {unit} = {:.0} %{}",
+            a / b * 100.0,
+            if errors > 0 {
+                format!(", {errors} errors")
+            } else {
+                String::new()
+            }
         ),
-        _ => ("not measured".into(), None),
+        _ => "not measured".into(),
     };
-    Line {
-        text,
-        measured,
-        pass,
-    }
+    Line::figure(text, measured)
+}
+
+/// CPU per request the proxy process spends (its runtime and its store's threads).
+pub fn cpu_total(c: &Cpu) -> f64 {
+    c.proxy_us + c.store_us
 }
 
 pub fn budget(rs: &[TargetResult], meta: &Meta) -> Vec<Line> {
@@ -188,7 +219,32 @@ pub fn budget(rs: &[TargetResult], meta: &Meta) -> Vec<Line> {
         return lines;
     };
     for g in gateways(rs) {
-        let goal = throughput_goal(g.name);
+        let (measured, pass) = match (&g.cpu, &pt.cpu, &g.closed) {
+            (Some(a), Some(b), Some(c)) => {
+                let added = cpu_total(a) - cpu_total(b);
+                (
+                    format!(
+                        "{added:+.1} µs ({:.1} µs: proxy {:.1} + store threads {:.1}, vs {:.1} µs)",
+                        cpu_total(a),
+                        a.proxy_us,
+                        a.store_us,
+                        cpu_total(b)
+                    ),
+                    Some(added <= SMALL_CHAT_ADDED_US && c.errors == 0),
+                )
+            }
+            _ => ("not measured".into(), None),
+        };
+        lines.push(Line::judged(
+            format!(
+                "CPU per request, small chat (whole answer, closed loop), {}: ≤ {SMALL_CHAT_ADDED_US:.0} µs above the passthrough's",
+                g.name
+            ),
+            measured,
+            pass,
+        ));
+    }
+    for g in gateways(rs) {
         let got = g
             .closed
             .as_ref()
@@ -196,11 +252,9 @@ pub fn budget(rs: &[TargetResult], meta: &Meta) -> Vec<Line> {
             .map(|(a, b)| (a.rate(), b.rate(), a.errors));
         lines.push(ratio_line(
             format!(
-                "Throughput, small chat, {}: ≥ {:.0} % of the passthrough's",
-                g.name,
-                goal * 100.0
+                "Throughput, small chat, {}: share of the passthrough's",
+                g.name
             ),
-            goal,
             got,
             "req/s",
         ));
@@ -213,11 +267,9 @@ pub fn budget(rs: &[TargetResult], meta: &Meta) -> Vec<Line> {
             .map(|(a, b)| (a.rate(), b.rate(), a.errors));
         lines.push(ratio_line(
             format!(
-                "Throughput, streaming chat, {}: ≥ {:.0} % of the passthrough's",
-                g.name,
-                STREAM_GOAL * 100.0
+                "Throughput, streaming chat, {}: share of the passthrough's",
+                g.name
             ),
-            STREAM_GOAL,
             got,
             "streams/s",
         ));
@@ -233,36 +285,32 @@ pub fn budget(rs: &[TargetResult], meta: &Meta) -> Vec<Line> {
             ),
             _ => ("not measured".into(), None),
         };
-        lines.push(Line {
-            text: format!(
+        lines.push(Line::judged(
+            format!(
                 "Redis work per request at steady state (closed loop), {}: ≤ {SCRIPTS_MAX} script calls and ≤ {REDIS_CPU_US_MAX:.0} µs of redis-server CPU",
                 g.name
             ),
             measured,
             pass,
-        });
+        ));
     }
     for g in gateways(rs) {
-        let (measured, pass) = match (&g.open, &pt.open) {
+        let measured = match (&g.open, &pt.open) {
             (Some(a), Some(b)) => {
                 let d50 = us(&a.latency, 0.5) - us(&b.latency, 0.5);
                 let d99 = us(&a.latency, 0.99) - us(&b.latency, 0.99);
-                (
-                    format!("p50 {d50:+.0} µs, p99 {d99:+.0} µs"),
-                    Some(d50 <= ADDED_P50_US && d99 <= ADDED_P99_US && a.errors == 0),
-                )
+                format!("p50 {d50:+.0} µs, p99 {d99:+.0} µs; {} errors", a.errors)
             }
-            _ => ("not measured".into(), None),
+            _ => "not measured".into(),
         };
-        lines.push(Line {
-            text: format!(
-                "Added latency at {:.0} req/s (open loop), {}: p50 ≤ {ADDED_P50_US:.0} µs, p99 ≤ 1 ms",
+        lines.push(Line::figure(
+            format!(
+                "Added latency at {:.0} req/s (open loop), {}",
                 pt.open.as_ref().map_or(0.0, |o| o.rate),
                 g.name
             ),
             measured,
-            pass,
-        });
+        ));
     }
     for g in gateways(rs) {
         let n = meta.idle_big;
@@ -279,14 +327,14 @@ pub fn budget(rs: &[TargetResult], meta: &Meta) -> Vec<Line> {
             ),
             _ => ("not measured".into(), None),
         };
-        lines.push(Line {
-            text: format!(
+        lines.push(Line::judged(
+            format!(
                 "Idle streams, {}: ≤ {IDLE_KIB_MAX:.0} KiB per stream beyond the passthrough, zero errors",
                 g.name
             ),
             measured,
             pass,
-        });
+        ));
     }
     for g in gateways(rs) {
         let (m1, p1, m2, p2) = match (&g.streams, &pt.streams) {
@@ -312,40 +360,40 @@ pub fn budget(rs: &[TargetResult], meta: &Meta) -> Vec<Line> {
             }
             _ => ("not measured".into(), None, "not measured".into(), None),
         };
-        lines.push(Line {
-            text: format!(
+        lines.push(Line::judged(
+            format!(
                 "Streaming, {}: time to first byte ≤ 1 ms above the passthrough at p99",
                 g.name
             ),
-            measured: m1,
-            pass: p1,
-        });
-        lines.push(Line {
-            text: format!(
+            m1,
+            p1,
+        ));
+        lines.push(Line::judged(
+            format!(
                 "Streaming, {}: chunks leave as they arrive (no coalescing)",
                 g.name
             ),
-            measured: m2,
-            pass: p2,
-        });
+            m2,
+            p2,
+        ));
     }
     let base_alloc = pt.big.first().map(|b| b.alloc_per_req);
     for g in gateways(rs) {
         for b in g.big.iter().filter(|b| b.label == "chat → chat") {
             let extra = base_alloc.map(|p| (b.alloc_per_req - p) / b.body as f64);
-            lines.push(Line {
-                text: format!(
+            lines.push(Line::judged(
+                format!(
                     "1 MiB request ({}), {}: at most one copy of the body beyond the read buffer",
                     b.label, g.name
                 ),
-                measured: extra.map_or("not measured".into(), |x| {
+                extra.map_or("not measured".into(), |x| {
                     format!(
                         "{:.2} copies beyond the read buffer ({x:.2} × the body allocated beyond the passthrough's, {READ_BUFFER:.0} of them the read buffer)",
                         x - READ_BUFFER
                     )
                 }),
-                pass: extra.map(|x| x - READ_BUFFER <= COPIES_MAX),
-            });
+                extra.map(|x| x - READ_BUFFER <= COPIES_MAX),
+            ));
         }
     }
     lines

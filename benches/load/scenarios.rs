@@ -247,8 +247,8 @@ pub struct Streams {
     pub coalesced: u64,
 }
 
-/// Closed loop of streamed chats: each stream must bring `pieces` content events and
-/// `[DONE]`.
+/// Closed loop of streamed answers: each stream must bring `pieces` content events and
+/// an event holding `end` (`[DONE]` in a chat stream, `message_stop` in a messages one).
 pub async fn streams(
     addr: SocketAddr,
     req: Arc<Vec<u8>>,
@@ -256,6 +256,7 @@ pub async fn streams(
     dur: Duration,
     pieces: usize,
     interval: Duration,
+    end_mark: &'static [u8],
 ) -> Streams {
     let start = Instant::now();
     let end = start + dur;
@@ -312,7 +313,7 @@ pub async fn streams(
                                     }
                                     last = Some(now);
                                     seen += 1;
-                                } else if memchr::memmem::find(ev, b"[DONE]").is_some() {
+                                } else if memchr::memmem::find(ev, end_mark).is_some() {
                                     done = true;
                                 }
                             });
@@ -483,3 +484,6 @@ pub fn median_by<T>(mut v: Vec<T>, key: impl Fn(&T) -> f64) -> Option<T> {
     let mid = v.len() / 2;
     v.into_iter().nth(mid)
 }
+
+/// The end of a chat stream.
+pub const DONE: &[u8] = b"[DONE]";

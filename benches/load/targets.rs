@@ -26,14 +26,23 @@ use std::path::Path;
 use std::sync::Arc;
 use tokio::sync::watch;
 
-/// The models the bench key may use (its whitelist) and the channel serves.
+/// The models the chat channel serves.
 pub const MODELS: &[&str] = &[
     "bench-chat",
     "bench-sse",
     "bench-fast",
     "bench-idle",
     "bench-big",
+    "bench-long",
 ];
+/// The models the messages-protocol channel serves (the same mock upstream, which
+/// answers them in that protocol).
+pub const MESSAGES_MODELS: &[&str] = &["bench-anthropic"];
+
+/// Every model the bench key may use (its whitelist).
+fn all_models() -> impl Iterator<Item = &'static str> {
+    MODELS.iter().chain(MESSAGES_MODELS).copied()
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -152,13 +161,13 @@ fn config_text(store: &Store, dir: &Path, upstream: SocketAddr) -> String {
                 .join(", ")
         ),
     };
-    let prices: String = MODELS
-        .iter()
+    let prices: String = all_models()
         .map(|m| format!("  {m}: {{ input: 0.15, output: 0.6, cached_input: 0.075 }}\n"))
         .collect();
     format!(
-        "listen: 127.0.0.1:0\nstore: {store}\nthreads: 2\nchannels:\n  - name: bench-openai\n    protocol: openai\n    base_url: http://{upstream}\n    api_key: upstream-secret\n    models: [{}]\nprices:\n{prices}",
-        MODELS.join(", ")
+        "listen: 127.0.0.1:0\nstore: {store}\nthreads: 2\nchannels:\n  - name: bench-openai\n    protocol: openai\n    base_url: http://{upstream}\n    api_key: upstream-secret\n    models: [{}]\n  - name: bench-anthropic\n    protocol: anthropic\n    base_url: http://{upstream}\n    api_key: upstream-secret\n    models: [{}]\nprices:\n{prices}",
+        MODELS.join(", "),
+        MESSAGES_MODELS.join(", ")
     )
 }
 
@@ -182,7 +191,7 @@ pub async fn gateway(
         .map_err(|e| e.to_string())?;
     let input = KeyInput {
         name: Some("load-bench".into()),
-        models: Some(MODELS.iter().map(|m| m.to_string()).collect()),
+        models: Some(all_models().map(str::to_string).collect()),
         quota_usd: Some(Some(1_000_000.0)),
         ..KeyInput::default()
     };

@@ -8,6 +8,10 @@
 //!   what streaming throughput is measured with);
 //! - `bench-idle`: the header and the role event, then nothing until
 //!   [`Upstream::release_idle`], then the rest of the stream at once;
+//! - `bench-long`: a chat stream of [`LONG_PIECES`] content events (a real answer's
+//!   length), one write each, without pause;
+//! - `bench-anthropic`: the same answer as a messages-protocol stream (text deltas), the
+//!   way an Anthropic upstream writes it, one write each, without pause;
 //! - anything else: a fixed chat completion with usage, with a Content-Length.
 //!
 //! `latency` delays every reply's header (0 in the budget runs: the proxies' own cost is
@@ -26,6 +30,8 @@ use tokio::sync::watch;
 
 /// Marks the content events of a stream, so the client can time them.
 pub const PIECE_MARK: &[u8] = b"piece-";
+/// Content events in a `bench-long` or `bench-anthropic` stream.
+pub const LONG_PIECES: usize = 200;
 /// Read buffer per upstream connection: heads fit; bodies stream through.
 const READ_BUF: usize = 8 * 1024;
 
@@ -51,6 +57,8 @@ struct Shared {
     sse_head_close: Vec<u8>,
     /// Each event as one HTTP chunk, in order.
     sse_chunks: Vec<Vec<u8>>,
+    long_chat: Vec<Vec<u8>>,
+    long_messages: Vec<Vec<u8>>,
     release: watch::Receiver<u64>,
     stats: Arc<Stats>,
 }
@@ -74,6 +82,8 @@ impl Upstream {
             sse_head: b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec(),
             sse_head_close: b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec(),
             sse_chunks: events.iter().map(|e| chunk(e)).collect(),
+            long_chat: stream_events(LONG_PIECES + 4).iter().map(|e| chunk(e)).collect(),
+            long_messages: messages_events(LONG_PIECES).iter().map(|e| chunk(e)).collect(),
             cfg,
             release: release_rx,
             stats: stats.clone(),
@@ -132,6 +142,49 @@ pub fn stream_events(n: usize) -> Vec<String> {
     v.into_iter().map(|e| format!("data: {e}\n\n")).collect()
 }
 
+/// A messages-protocol stream of `pieces` text deltas, as the Messages API reference
+/// (Anthropic, "Streaming Messages") shows it: `message_start`, `content_block_start`, a
+/// `ping`, the `content_block_delta`s, `content_block_stop`, `message_delta` (stop reason
+/// and output usage), `message_stop`. Each event named, one `data:` line.
+pub fn messages_events(pieces: usize) -> Vec<String> {
+    let ev = |name: &str, data: serde_json::Value| format!("event: {name}\ndata: {data}\n\n");
+    let mut v = vec![
+        ev(
+            "message_start",
+            json!({"type": "message_start", "message": {
+            "id": "msg_bench", "type": "message", "role": "assistant", "content": [],
+            "model": "bench-anthropic", "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 24, "cache_creation_input_tokens": 0,
+                      "cache_read_input_tokens": 0, "output_tokens": 1}}}),
+        ),
+        ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "text", "text": ""}}),
+        ),
+        ev("ping", json!({"type": "ping"})),
+    ];
+    for i in 0..pieces {
+        v.push(ev(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "text_delta", "text": format!("piece-{i:03} ")}}),
+        ));
+    }
+    v.push(ev(
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": 0}),
+    ));
+    v.push(ev(
+        "message_delta",
+        json!({"type": "message_delta",
+        "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+        "usage": {"output_tokens": pieces}}),
+    ));
+    v.push(ev("message_stop", json!({"type": "message_stop"})));
+    v
+}
+
 /// Pieces (content events) in a stream of `n` events.
 pub fn pieces_in(n: usize) -> usize {
     n.max(5) - 4
@@ -167,11 +220,17 @@ pub enum Kind {
     Sse,
     Fast,
     Idle,
+    LongChat,
+    LongMessages,
 }
 
 /// Which reply a request body asks for.
 pub fn kind_of(body: &[u8]) -> Kind {
-    if memchr::memmem::find(body, b"bench-idle").is_some() {
+    if memchr::memmem::find(body, b"bench-long").is_some() {
+        Kind::LongChat
+    } else if memchr::memmem::find(body, b"bench-anthropic").is_some() {
+        Kind::LongMessages
+    } else if memchr::memmem::find(body, b"bench-idle").is_some() {
         Kind::Idle
     } else if memchr::memmem::find(body, b"bench-sse").is_some() {
         Kind::Sse
@@ -218,8 +277,24 @@ async fn serve(mut sock: TcpStream, shared: Arc<Shared>) {
         }
         let ok = match kind_of(&body) {
             Kind::Json => sock.write_all(&shared.json_reply).await.is_ok(),
-            Kind::Sse => write_stream(&mut sock, &shared, shared.cfg.sse_interval).await,
-            Kind::Fast => write_stream(&mut sock, &shared, Duration::ZERO).await,
+            Kind::Sse => {
+                write_stream(
+                    &mut sock,
+                    &shared,
+                    &shared.sse_chunks,
+                    shared.cfg.sse_interval,
+                )
+                .await
+            }
+            Kind::Fast => {
+                write_stream(&mut sock, &shared, &shared.sse_chunks, Duration::ZERO).await
+            }
+            Kind::LongChat => {
+                write_stream(&mut sock, &shared, &shared.long_chat, Duration::ZERO).await
+            }
+            Kind::LongMessages => {
+                write_stream(&mut sock, &shared, &shared.long_messages, Duration::ZERO).await
+            }
             Kind::Idle => write_idle(&mut sock, &shared).await,
         };
         if !ok {
@@ -228,8 +303,15 @@ async fn serve(mut sock: TcpStream, shared: Arc<Shared>) {
     }
 }
 
-async fn write_stream(sock: &mut TcpStream, sh: &Shared, interval: Duration) -> bool {
-    let Some((first, rest)) = sh.sse_chunks.split_first() else {
+/// The stream's head with its first event, then each event in a write of its own,
+/// `interval` apart.
+async fn write_stream(
+    sock: &mut TcpStream,
+    sh: &Shared,
+    chunks: &[Vec<u8>],
+    interval: Duration,
+) -> bool {
+    let Some((first, rest)) = chunks.split_first() else {
         return false;
     };
     let head = [sh.sse_head.as_slice(), first].concat();

@@ -87,7 +87,8 @@ pub struct Decoder {
     /// Where to resume looking for a line end in `buf`.
     scanned: usize,
     event: Option<String>,
-    data: Vec<String>,
+    /// The `data:` lines so far, joined with `\n`.
+    data: String,
     has_data: bool,
     /// Bytes of the lines of the current event so far.
     size: usize,
@@ -198,7 +199,10 @@ impl Decoder {
         };
         match field {
             "data" => {
-                self.data.push(value.to_string());
+                if self.has_data {
+                    self.data.push('\n');
+                }
+                self.data.push_str(value);
                 self.has_data = true;
             }
             "event" => self.event = Some(value.to_string()),
@@ -211,7 +215,7 @@ impl Decoder {
         if !std::mem::take(&mut self.spoiled) && (self.has_data || self.event.is_some()) {
             out.push(Event {
                 event: self.event.take(),
-                data: std::mem::take(&mut self.data).join("\n"),
+                data: std::mem::take(&mut self.data),
                 fault: None,
                 cut: false,
             });
@@ -220,6 +224,15 @@ impl Decoder {
         self.data.clear();
         self.has_data = false;
         self.size = 0;
+    }
+
+    /// Nothing held: no part of a line or of an event. The next bytes start an event.
+    pub fn idle(&self) -> bool {
+        self.buf.is_empty()
+            && self.event.is_none()
+            && !self.has_data
+            && self.size == 0
+            && !self.spoiled
     }
 
     /// Whatever an upstream left unterminated at the end of its stream, as a last event.
@@ -238,6 +251,25 @@ impl Decoder {
             last.cut = true;
         }
     }
+}
+
+/// The event at the start of `bytes` when it is whole there and is one `data:` line
+/// (then the blank line that ends it): its data and the bytes it takes. What a [`Decoder`]
+/// holding nothing gives for those bytes, without copying them; `None` for anything else
+/// (another field, a comment, `\r`, bytes that are not UTF-8, an event not whole yet).
+pub fn whole_data_event(bytes: &[u8]) -> Option<(&str, usize)> {
+    let rest = bytes.strip_prefix(b"data:")?;
+    let end = memchr::memchr(b'\n', rest)?;
+    if rest.get(end + 1) != Some(&b'\n') {
+        return None;
+    }
+    let value = &rest[..end];
+    if value.len() + 5 > MAX_EVENT_BYTES || memchr::memchr(b'\r', value).is_some() {
+        return None;
+    }
+    let value = value.strip_prefix(b" ").unwrap_or(value);
+    let data = std::str::from_utf8(value).ok()?;
+    Some((data, 5 + end + 2))
 }
 
 /// Writes one event: `event: NAME` (when named), then every line of `data` as a
@@ -366,6 +398,70 @@ mod tests {
         d.feed(b"\r", &mut out);
         d.feed(b"\n\ndata: ok\n\n", &mut out);
         assert_eq!(out, vec![fault(Fault::TooLarge), ev(None, "ok")]);
+    }
+
+    /// An event taken straight from the bytes is the one a decoder holding nothing
+    /// gives for them, and the decoder holds nothing after it.
+    #[test]
+    fn a_whole_data_event_is_what_the_decoder_gives() {
+        let inputs: &[&[u8]] = &[
+            b"data: {\"a\":1}\n\nrest",
+            b"data:{\"a\":1}\n\n",
+            b"data:  two spaces\n\n",
+            b"data: \n\n",
+            b"data:\n\n",
+            b"data: caf\xc3\xa9\n\n",
+            b"data: [DONE]\n\ndata: x",
+        ];
+        for input in inputs {
+            let (data, used) = whole_data_event(input).expect("whole");
+            let mut d = Decoder::new();
+            let mut out = Vec::new();
+            d.feed(&input[..used], &mut out);
+            assert_eq!(
+                out,
+                vec![ev(None, data)],
+                "{:?}",
+                String::from_utf8_lossy(input)
+            );
+            assert!(d.idle());
+        }
+        let not_taken: &[&[u8]] = &[
+            b"data: x\n",
+            b"data: x\ndata: y\n\n",
+            b"data: x\r\n\r\n",
+            b"data: x\r\n\n",
+            b"event: e\ndata: x\n\n",
+            b": keep-alive\n\n",
+            b"\ndata: x\n\n",
+            b"data: \xff\n\n",
+            b"id: 1\n\n",
+            b"dat",
+        ];
+        for input in not_taken {
+            assert_eq!(
+                whole_data_event(input),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(input)
+            );
+        }
+        let mut d = Decoder::new();
+        let mut out = Vec::new();
+        assert!(d.idle());
+        for (piece, idle) in [
+            (&b"data: x\n"[..], false),
+            (b"\n", true),
+            (b"event: e\n", false),
+            (b"\n", true),
+            (b": c\n", false),
+            (b"\n", true),
+            (b"data: y\r", false),
+            (b"\n\n", true),
+        ] {
+            d.feed(piece, &mut out);
+            assert_eq!(d.idle(), idle, "{:?}", String::from_utf8_lossy(piece));
+        }
     }
 
     #[test]

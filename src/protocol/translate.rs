@@ -5,6 +5,7 @@
 //! hang, and never a truncated answer marked complete.
 
 use super::ir::{Event, StreamBroken, StreamDecoder, StreamEncoder};
+use super::sse::{self, Fault};
 use super::{StreamTranslator, Usage};
 
 pub struct Translated {
@@ -43,7 +44,9 @@ impl Translated {
     }
 
     fn emit(&mut self, out: &mut Vec<u8>) {
-        for ev in std::mem::take(&mut self.events) {
+        // Taken out and put back: the buffer is kept across reads, not grown anew.
+        let mut events = std::mem::take(&mut self.events);
+        for ev in events.drain(..) {
             if let Event::Usage(u) = &ev {
                 self.usage = *u;
             }
@@ -67,6 +70,7 @@ impl Translated {
             }
             self.encoder.event(&ev, out);
         }
+        self.events = events;
     }
 }
 
@@ -110,5 +114,47 @@ impl StreamTranslator for Translated {
 
     fn delivered_bytes(&self) -> u64 {
         self.delivered
+    }
+}
+
+/// As [`super::ir::decode_json`], with the event's data read straight into `T` (a typed
+/// view of the few members the decoder needs, borrowing its strings) instead of a tree
+/// first: the same events, the same faults. Data that is JSON yet not what `T` reads is
+/// skipped, as a view that cannot read a parsed tree is.
+pub(crate) fn decode_view<'a, T, D>(
+    ev: &'a sse::Event,
+    broken: &mut Option<Fault>,
+    events: &mut Vec<Event>,
+    mut decode: D,
+) where
+    T: serde::Deserialize<'a>,
+    D: FnMut(T, &mut Vec<Event>),
+{
+    let fault = match ev.fault {
+        Some(f) => Some(f),
+        None if ev.data.trim().is_empty() => return,
+        None => match serde_json::from_str::<T>(&ev.data) {
+            Ok(view) => {
+                if broken.is_none() {
+                    decode(view, events);
+                } else {
+                    let mut later = Vec::new();
+                    decode(view, &mut later);
+                    events.extend(later.into_iter().filter(|e| matches!(e, Event::Usage(_))));
+                }
+                return;
+            }
+            Err(_) if serde_json::from_str::<serde::de::IgnoredAny>(&ev.data).is_ok() => return,
+            Err(e) => {
+                tracing::debug!(error = %e, fault = ?ev.unreadable(), "upstream event data is not JSON");
+                Some(ev.unreadable())
+            }
+        },
+    };
+    if let Some(f) = fault {
+        if broken.is_none() {
+            *broken = Some(f);
+            events.push(Event::Broken(f));
+        }
     }
 }

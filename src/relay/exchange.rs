@@ -350,7 +350,8 @@ impl<M: Meter + 'static> LiveAnswer for Streaming<M> {
             None => false,
         };
         drop(content_type);
-        // Grown by the first event: an idle stream holds no buffer.
+        // Grown by the first event (an idle stream holds no buffer) and reused for every
+        // read after it: each write takes a copy of exactly its size.
         let mut out = Vec::new();
         let cut = gw.cut.wait();
         tokio::pin!(cut);
@@ -371,10 +372,14 @@ impl<M: Meter + 'static> LiveAnswer for Streaming<M> {
                     guard.set_charge_on_drop(charge_so_far(&guard, meter.cost()));
                     if !out.is_empty() && client_ok {
                         ctx.obs.first_byte();
-                        client_ok = write(session, Bytes::from(std::mem::take(&mut out))).await;
+                        client_ok = write(session, Bytes::copy_from_slice(&out)).await;
                         if !client_ok {
                             tracing::info!(request_id = %ctx.request_id, "client left mid-stream; draining upstream for usage");
                         }
+                    }
+                    if out.capacity() > SCRATCH_KEPT {
+                        // A burst's buffer is not held for the rest of the stream.
+                        out = Vec::new();
                     }
                     out.clear();
                     if let Some(end) = ended {
@@ -412,6 +417,9 @@ impl<M: Meter + 'static> LiveAnswer for Streaming<M> {
         Box::pin(ex.finish(gw)).await;
     }
 }
+
+/// The most a stream's output buffer keeps between reads (a larger one is let go).
+const SCRATCH_KEPT: usize = 16 * 1024;
 
 /// Most output gathered from pieces that have already arrived before it is written.
 const GATHER_BYTES: usize = 64 * 1024;

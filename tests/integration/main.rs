@@ -76,6 +76,7 @@ mod reconcile;
 mod redis_policy;
 mod sdk;
 mod stores;
+mod stream_pace;
 mod task_store;
 mod tls;
 mod tls_admin;

@@ -8,10 +8,10 @@
 
 use super::response::{parse_finish, synth_call_id};
 use super::wire::answer::{reasoning, Chunk, ChunkChoice, Content, ToolCallDelta};
-use crate::protocol::ir::{decode_json, Event, StreamBroken, StreamDecoder};
+use crate::protocol::ir::{Event, StreamBroken, StreamDecoder};
 use crate::protocol::sse::{self, Fault};
+use crate::protocol::translate::decode_view;
 use crate::protocol::Usage;
-use serde::Deserialize;
 use serde_json::Value;
 
 pub fn decoder() -> Box<dyn StreamDecoder> {
@@ -43,7 +43,8 @@ struct Call {
 
 impl Decoder {
     fn drain(&mut self, events: &mut Vec<Event>) {
-        for ev in std::mem::take(&mut self.pending) {
+        let mut pending = std::mem::take(&mut self.pending);
+        for ev in pending.drain(..) {
             if self.done {
                 // Nothing after the end marker means anything.
                 continue;
@@ -56,15 +57,16 @@ impl Decoder {
                 continue;
             }
             let mut broken = self.broken;
-            decode_json(&ev, &mut broken, events, |v, out| self.chunk(v, out));
+            decode_view(&ev, &mut broken, events, |c: Chunk<'_>, out| {
+                self.chunk(c, out)
+            });
             self.broken = broken;
         }
+        // Kept for the next read.
+        self.pending = pending;
     }
 
-    fn chunk(&mut self, v: &Value, events: &mut Vec<Event>) {
-        let Ok(chunk) = Chunk::deserialize(v) else {
-            return;
-        };
+    fn chunk(&mut self, chunk: Chunk<'_>, events: &mut Vec<Event>) {
         if chunk.error.set() {
             events.push(Event::Error);
             return;

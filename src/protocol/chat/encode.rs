@@ -10,9 +10,20 @@ use crate::protocol::{cost, StreamContext, Usage};
 use serde_json::{json, Map, Value};
 
 pub fn encoder(ctx: &StreamContext) -> Box<dyn StreamEncoder> {
+    let id = format!("chatcmpl-{}", ctx.request_id);
+    // What every chunk begins with, up to the delta's members: the members written by
+    // `Encoder::chunk` in its order, then the choice's `index` and `delta`.
+    let mut head = b"data: {\"id\":".to_vec();
+    json_str(&mut head, &id);
+    head.extend_from_slice(b",\"object\":\"chat.completion.chunk\",\"created\":");
+    head.extend_from_slice(ctx.created.to_string().as_bytes());
+    head.extend_from_slice(b",\"model\":");
+    json_str(&mut head, &ctx.client_model);
+    head.extend_from_slice(b",\"choices\":[{\"index\":0,\"delta\":{");
     Box::new(Encoder {
         ctx: ctx.clone(),
-        id: format!("chatcmpl-{}", ctx.request_id),
+        id,
+        head,
         started: false,
         tool_calls: false,
         finish: None,
@@ -21,9 +32,20 @@ pub fn encoder(ctx: &StreamContext) -> Box<dyn StreamEncoder> {
     })
 }
 
+/// A JSON string, escaped as `serde_json` writes one.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+/// What follows the delta's one member in a text chunk.
+const TEXT_TAIL: &[u8] = b"},\"logprobs\":null,\"finish_reason\":null}]}\n\n";
+
 struct Encoder {
     ctx: StreamContext,
     id: String,
+    /// The bytes a chunk starts with, up to its delta's members.
+    head: Vec<u8>,
     /// Whether the first delta (the one with the role) went out.
     started: bool,
     /// Whether any tool call was streamed (decides `tool_calls` over `stop`).
@@ -71,6 +93,18 @@ impl Encoder {
     }
 }
 
+impl Encoder {
+    /// A chunk whose delta is one string member, once the first delta went out: the
+    /// bytes [`Encoder::delta`] writes for it, without building it.
+    fn text(&self, key: &str, text: &str, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.head);
+        json_str(out, key);
+        out.push(b':');
+        json_str(out, text);
+        out.extend_from_slice(TEXT_TAIL);
+    }
+}
+
 fn one(key: &str, v: Value) -> Map<String, Value> {
     let mut m = Map::new();
     m.insert(key.into(), v);
@@ -83,6 +117,11 @@ impl StreamEncoder for Encoder {
             return;
         }
         match ev {
+            // Text after the first delta: the chunk `delta` would write, written straight.
+            Event::Text(t) if !t.is_empty() && self.started => self.text("content", t, out),
+            Event::Thinking(t) if !t.is_empty() && self.started => {
+                self.text("reasoning_content", t, out)
+            }
             Event::Text(t) if !t.is_empty() => self.delta(one("content", t.as_str().into()), out),
             Event::Thinking(t) if !t.is_empty() => {
                 self.delta(one("reasoning_content", t.as_str().into()), out)

@@ -13,6 +13,7 @@ mod encode;
 mod from_ir;
 mod passthrough;
 mod response;
+mod scan;
 #[cfg(test)]
 mod testutil;
 mod to_ir;

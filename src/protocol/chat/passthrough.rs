@@ -4,14 +4,17 @@
 //! cost when the stream shows one.
 
 use super::delivered::choices_bytes;
+use super::scan::{scan, Member, Plain};
+use super::usage::usage_text;
 use super::{error_event, usage_raw};
 use crate::protocol::shallow::Shallow;
-use crate::protocol::sse::{Decoder, Event};
+use crate::protocol::sse::{self, Decoder, Event, Fault};
 use crate::protocol::{
     answer_shallow, cost, StreamContext, StreamTranslator, TranslateError, Usage,
 };
 use serde_json::value::RawValue;
 use serde_json::Value;
+use std::ops::Range;
 
 pub struct Passthrough {
     ctx: StreamContext,
@@ -51,7 +54,8 @@ impl Passthrough {
     }
 
     fn emit(&mut self, out: &mut Vec<u8>) {
-        for ev in std::mem::take(&mut self.events) {
+        let mut events = std::mem::take(&mut self.events);
+        for ev in events.drain(..) {
             if self.done {
                 // Nothing after the end marker means anything.
                 continue;
@@ -62,74 +66,152 @@ impl Passthrough {
                 self.fail(fault.message(), out);
                 continue;
             }
-            let data = ev.data.trim();
-            if data == "[DONE]" {
-                if !self.failed {
-                    out.extend_from_slice(b"data: [DONE]\n\n");
-                }
-                self.done = true;
-                continue;
-            }
-            if data.is_empty() {
-                continue;
-            }
-            // Read one level deep: the chunk goes out as the upstream wrote it, with only
-            // `model` rewritten and `usage` left out when the client did not ask for it.
-            let top = match answer_shallow(data.as_bytes()) {
-                Ok(top) => top,
-                Err(TranslateError::Shape(_)) => {
-                    // JSON, not an object: nothing in it to read or change.
-                    if !self.failed {
-                        self.write(data.as_bytes(), out);
-                    }
-                    continue;
-                }
-                Err(_) => {
-                    self.fail(ev.unreadable().message(), out);
-                    continue;
-                }
-            };
-            let usage = top.get("usage").filter(|u| Shallow::is_object(u));
-            if let Some(u) = usage {
-                self.usage = usage_raw(u);
-            }
-            if self.failed {
-                continue;
-            }
-            if top.get("error").is_some_and(Shallow::is_object) {
-                // spec 7.2: the provider's own words never reach the client.
-                self.fail("The upstream provider reported an error mid-stream.", out);
-                continue;
-            }
-            let choices = top.get("choices");
-            self.delivered += choices.map_or(0, choices_bytes);
-            let usage_only = choices.is_some_and(is_empty_array) && usage.is_some();
-            if usage_only && !self.ctx.client_wants_usage {
-                continue;
-            }
-            let mut set: Vec<(&str, &str)> = Vec::with_capacity(2);
-            if top.contains("model") {
-                set.push(("model", &self.model));
-            }
-            let drop: &[&str] = if self.ctx.client_wants_usage {
-                &[]
-            } else {
-                &["usage"]
-            };
-            // The usage the client sees carries its cost (the figures of this chunk).
-            let priced = match usage {
-                Some(u) if self.ctx.client_wants_usage => self
-                    .ctx
-                    .cost_of(&self.usage)
-                    .and_then(|c| cost::add_raw(u, &c)),
-                _ => None,
-            };
-            if let Some(u) = &priced {
-                set.push(("usage", u));
-            }
-            let chunk = top.rewrite(&set, drop, 0);
-            self.write(&chunk, out);
+            self.event(&ev.data, ev.cut, out);
         }
+        // Kept for the next read: no allocation per read.
+        self.events = events;
+    }
+
+    /// One event's data (`cut`: the stream ended inside it).
+    fn event(&mut self, data: &str, cut: bool, out: &mut Vec<u8>) {
+        if self.done {
+            return;
+        }
+        let data = data.trim();
+        if data == "[DONE]" {
+            if !self.failed {
+                out.extend_from_slice(b"data: [DONE]\n\n");
+            }
+            self.done = true;
+            return;
+        }
+        if data.is_empty() {
+            return;
+        }
+        match scan(data) {
+            Some(plain) => self.plain(data, &plain, out),
+            None => self.general(data, cut, out),
+        }
+    }
+
+    /// A plain chunk (see [`scan`]): written as it came, with the model name spliced in
+    /// and the usage member dropped or priced, as [`Passthrough::general`] would write it.
+    fn plain(&mut self, data: &str, p: &Plain, out: &mut Vec<u8>) {
+        let text = |m: &Member| value_of(data, m);
+        let usage = p.usage.as_ref().filter(|u| text(u).starts_with('{'));
+        if let Some(u) = usage {
+            self.usage = usage_text(text(u));
+        }
+        if self.failed {
+            return;
+        }
+        if p.error.as_ref().is_some_and(|e| text(e).starts_with('{')) {
+            // spec 7.2: the provider's own words never reach the client.
+            self.fail("The upstream provider reported an error mid-stream.", out);
+            return;
+        }
+        self.delivered += p.delivered;
+        let usage_only =
+            p.choices.as_ref().is_some_and(|c| is_empty_array(text(c))) && usage.is_some();
+        let wants = self.ctx.client_wants_usage;
+        if usage_only && !wants {
+            return;
+        }
+        let priced = match usage {
+            Some(u) if wants => self.priced(text(u)),
+            _ => None,
+        };
+        // At most two edits, in the order they appear: the model's value, and the usage
+        // member (dropped) or its value (priced).
+        let mut edits: [Option<(Range<usize>, &str)>; 2] = [None, None];
+        if let Some(m) = &p.model {
+            edits[0] = Some((m.value.clone(), self.model.as_str()));
+        }
+        if let Some(u) = &p.usage {
+            if !wants {
+                edits[1] = Some((member_span(data, u), ""));
+            } else if let Some(priced) = &priced {
+                edits[1] = Some((u.value.clone(), priced.as_str()));
+            }
+        }
+        let swapped = matches!(&edits, [Some(a), Some(b)] if b.0.start < a.0.start);
+        if swapped {
+            edits.swap(0, 1);
+        }
+        out.extend_from_slice(b"data: ");
+        let mut at = 0;
+        for (range, with) in edits.iter().flatten() {
+            out.extend_from_slice(&data.as_bytes()[at..range.start]);
+            out.extend_from_slice(with.as_bytes());
+            at = range.end;
+        }
+        out.extend_from_slice(&data.as_bytes()[at..]);
+        out.extend_from_slice(b"\n\n");
+    }
+
+    /// The usage the client sees, with its cost (the figures of this chunk).
+    fn priced(&self, usage: &str) -> Option<String> {
+        let raw = serde_json::from_str::<&RawValue>(usage).ok()?;
+        self.ctx
+            .cost_of(&self.usage)
+            .and_then(|c| cost::add_raw(raw, &c))
+    }
+
+    /// Any other chunk, read one level deep: it goes out with its members as the
+    /// upstream wrote them, with only `model` rewritten and `usage` left out when the
+    /// client did not ask for it.
+    fn general(&mut self, data: &str, cut: bool, out: &mut Vec<u8>) {
+        let top = match answer_shallow(data.as_bytes()) {
+            Ok(top) => top,
+            Err(TranslateError::Shape(_)) => {
+                // JSON, not an object: nothing in it to read or change.
+                if !self.failed {
+                    self.write(data.as_bytes(), out);
+                }
+                return;
+            }
+            Err(_) => {
+                let fault = if cut { Fault::Cut } else { Fault::NotJson };
+                self.fail(fault.message(), out);
+                return;
+            }
+        };
+        let usage = top.get("usage").filter(|u| Shallow::is_object(u));
+        if let Some(u) = usage {
+            self.usage = usage_raw(u);
+        }
+        if self.failed {
+            return;
+        }
+        if top.get("error").is_some_and(Shallow::is_object) {
+            // spec 7.2: the provider's own words never reach the client.
+            self.fail("The upstream provider reported an error mid-stream.", out);
+            return;
+        }
+        let choices = top.get("choices");
+        self.delivered += choices.map_or(0, choices_bytes);
+        let usage_only = choices.is_some_and(|c| is_empty_array(c.get())) && usage.is_some();
+        if usage_only && !self.ctx.client_wants_usage {
+            return;
+        }
+        let mut set: Vec<(&str, &str)> = Vec::with_capacity(2);
+        if top.contains("model") {
+            set.push(("model", &self.model));
+        }
+        let drop: &[&str] = if self.ctx.client_wants_usage {
+            &[]
+        } else {
+            &["usage"]
+        };
+        let priced = match usage {
+            Some(u) if self.ctx.client_wants_usage => self.priced(u.get()),
+            _ => None,
+        };
+        if let Some(u) = &priced {
+            set.push(("usage", u));
+        }
+        let chunk = top.rewrite(&set, drop, 0);
+        self.write(&chunk, out);
     }
 
     fn write(&self, data: &[u8], out: &mut Vec<u8>) {
@@ -137,19 +219,56 @@ impl Passthrough {
         out.extend_from_slice(data);
         out.extend_from_slice(b"\n\n");
     }
+
+    /// Reads a read's whole plain events straight from its bytes, while the decoder
+    /// holds nothing; the rest goes through the decoder a line at a time until it
+    /// holds nothing again. The events, and so the output, are the decoder's whatever
+    /// the split: an event taken here is one the decoder would give as it is.
+    fn take(&mut self, mut chunk: &[u8], out: &mut Vec<u8>) {
+        while !chunk.is_empty() {
+            if self.decoder.idle() {
+                if let Some((data, used)) = sse::whole_data_event(chunk) {
+                    self.event(data, false, out);
+                    chunk = &chunk[used..];
+                    continue;
+                }
+            }
+            // Up to the next line end (or all of it): the decoder may be idle after it.
+            let line = memchr::memchr(b'\n', chunk).map_or(chunk.len(), |i| i + 1);
+            self.decoder.feed(&chunk[..line], &mut self.events);
+            self.emit(out);
+            chunk = &chunk[line..];
+        }
+    }
+}
+
+/// A member's value's text.
+fn value_of<'d>(data: &'d str, m: &Member) -> &'d str {
+    &data[m.value.clone()]
+}
+
+/// The span of a member with one of the commas around it: what removing it takes to
+/// leave the object as if it had never had it.
+fn member_span(data: &str, m: &Member) -> Range<usize> {
+    let b = data.as_bytes();
+    if b[m.start - 1] == b',' {
+        m.start - 1..m.value.end
+    } else if b.get(m.value.end) == Some(&b',') {
+        m.start..m.value.end + 1
+    } else {
+        m.start..m.value.end
+    }
 }
 
 /// `[]`, with any whitespace inside.
-fn is_empty_array(v: &RawValue) -> bool {
-    v.get()
-        .strip_prefix('[')
+fn is_empty_array(v: &str) -> bool {
+    v.strip_prefix('[')
         .is_some_and(|rest| rest.trim_start().starts_with(']'))
 }
 
 impl StreamTranslator for Passthrough {
     fn feed(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
-        self.decoder.feed(chunk, &mut self.events);
-        self.emit(out);
+        self.take(chunk, out);
     }
 
     fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
@@ -248,6 +367,75 @@ mod tests {
         assert_eq!(t.delivered_bytes(), 6);
         let (out, _) = run(false, 4, "data: {\"choices\": [\n\n");
         assert!(out.contains("could not be read"), "{out}");
+    }
+
+    /// A plain chunk comes out of the one-pass read exactly as the general read writes
+    /// it: the same bytes, usage, count and state, asked for usage or not, priced or not.
+    #[test]
+    fn plain_chunks_go_out_as_the_general_read_writes_them() {
+        let chunks = [
+            r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp","choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"Q"}"#,
+            r#"{"usage":null,"id":"c","model":"up","choices":[{"delta":{"content":"a\nb"}}]}"#,
+            r#"{"id":"c","choices":[{"delta":{"content":"x"}}],"usage":null}"#,
+            r#"{"usage":{"prompt_tokens":3,"completion_tokens":1}}"#,
+            r#"{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":2}},"model":"m"}"#,
+            r#"{"id":"c","choices":[],"usage":{"prompt_tokens":3,"cost_usd":7},"model":"m"}"#,
+            r#"{"choices":[],"usage":null}"#,
+            r#"{"error":{"message":"secret words"},"model":"m"}"#,
+            r#"{"error":"a string is not an error object","model":"m"}"#,
+            r#"{"model":"m"}"#,
+            r#"{}"#,
+        ];
+        for wants in [false, true] {
+            for priced in [false, true] {
+                for data in chunks {
+                    assert!(scan(data).is_some(), "{data}");
+                    let mut c = ctx(wants);
+                    if priced {
+                        c.charge = Some(crate::protocol::cost::test_charge());
+                    }
+                    let (mut fast, mut general) =
+                        (Passthrough::new(c.clone()), Passthrough::new(c));
+                    let (mut a, mut b) = (Vec::new(), Vec::new());
+                    // Twice: the second sees the state the first left.
+                    for _ in 0..2 {
+                        fast.event(data, false, &mut a);
+                        general.general(data, false, &mut b);
+                    }
+                    let show = |v: &[u8]| String::from_utf8(v.to_vec()).unwrap();
+                    assert_eq!(show(&a), show(&b), "{data} wants {wants} priced {priced}");
+                    assert_eq!(fast.usage, general.usage, "{data}");
+                    assert_eq!(fast.delivered, general.delivered, "{data}");
+                    assert_eq!(fast.failed, general.failed, "{data}");
+                }
+            }
+        }
+    }
+
+    /// Whole events taken straight from a read and events put together by the decoder
+    /// give the same stream, however the reads fall.
+    #[test]
+    fn any_split_gives_the_same_stream() {
+        let input = concat!(
+            "data: {\"id\":\"c\",\"model\":\"up\",\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n",
+            ": keep-alive\n\n",
+            "data: {\"id\": \"c\", \"model\": \"up\", \"choices\": [{\"delta\": {\"content\": \"spaced\"}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"\\u00e9\"}}],\"model\":\"up\"}\r\n\r\n",
+            "event: x\ndata: {\"choices\":[{\"delta\":{\"content\":\"named\"}}]}\n\n",
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4}}\n\n",
+            "data: [DONE]\n\n",
+            "data: {\"after\":1}\n\n",
+        );
+        let whole = run(true, input.len(), input);
+        assert!(
+            whole.0.contains("spaced") && whole.0.contains("named"),
+            "{}",
+            whole.0
+        );
+        assert_eq!(whole.1.output_tokens, 4);
+        for step in 1..input.len() {
+            assert_eq!(run(true, step, input), whole, "step {step}");
+        }
     }
 
     #[test]

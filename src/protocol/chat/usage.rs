@@ -10,7 +10,12 @@ use serde_json::value::RawValue;
 /// `usage` from its raw JSON; zeros for what is not an object, and for each figure that
 /// is absent or not a whole number (as `usage_of` reads them).
 pub fn usage_raw(raw: &RawValue) -> Usage {
-    serde_json::from_str::<CompletionUsage>(raw.get())
+    usage_text(raw.get())
+}
+
+/// As [`usage_raw`], from the usage object's text.
+pub(crate) fn usage_text(text: &str) -> Usage {
+    serde_json::from_str::<CompletionUsage>(text)
         .map_or_else(|_| Usage::default(), |u| u.to_usage())
 }
 

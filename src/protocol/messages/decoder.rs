@@ -4,9 +4,9 @@
 
 use super::wire::answer::{ContentBlock, Delta, StreamEvent};
 use super::{finish_reason, WireUsage};
-use crate::protocol::ir::{decode_json, Event, StreamBroken, StreamDecoder};
+use crate::protocol::ir::{Event, StreamBroken, StreamDecoder};
 use crate::protocol::sse::{self, Fault};
-use serde::Deserialize;
+use crate::protocol::translate::decode_view;
 use std::collections::BTreeMap;
 
 pub struct Decoder {
@@ -44,18 +44,18 @@ impl Decoder {
     }
 
     fn drain(&mut self, events: &mut Vec<Event>) {
-        for ev in std::mem::take(&mut self.pending) {
+        let mut pending = std::mem::take(&mut self.pending);
+        for ev in pending.drain(..) {
             let mut broken = self.broken;
-            decode_json(&ev, &mut broken, events, |v, out| {
-                let Ok(e) = StreamEvent::deserialize(v) else {
-                    return;
-                };
+            decode_view(&ev, &mut broken, events, |e: StreamEvent<'_>, out| {
                 // The data's own `type` is authoritative; some relays drop the event line.
                 let kind = e.kind.as_str().or(ev.event.as_deref()).unwrap_or("");
                 self.one(kind, &e, out);
             });
             self.broken = broken;
         }
+        // Kept for the next read.
+        self.pending = pending;
     }
 
     fn one(&mut self, kind: &str, e: &StreamEvent<'_>, events: &mut Vec<Event>) {

@@ -208,7 +208,24 @@ impl Encoder {
                 i
             }
         };
-        Self::delta(index, json!({"type": "text_delta", "text": text}), out);
+        Self::text_delta(index, "text_delta", "text", text, out);
+    }
+
+    /// A delta of one string member: the bytes [`Encoder::delta`] writes for
+    /// `{"type": kind, key: text}`, without building it.
+    fn text_delta(index: usize, kind: &str, key: &str, text: &str, out: &mut Vec<u8>) {
+        out.extend_from_slice(
+            b"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":",
+        );
+        // Writing into a Vec cannot fail.
+        let _ = std::io::Write::write_fmt(out, format_args!("{index}"));
+        out.extend_from_slice(b",\"delta\":{\"type\":");
+        json_str(out, kind);
+        out.push(b',');
+        json_str(out, key);
+        out.push(b':');
+        json_str(out, text);
+        out.extend_from_slice(b"}}\n\n");
     }
 
     fn thinking_block(&mut self, out: &mut Vec<u8>) -> usize {
@@ -300,7 +317,7 @@ impl StreamEncoder for Encoder {
             Event::Thinking(t) if t.is_empty() => {}
             Event::Thinking(t) => {
                 let i = self.thinking_block(out);
-                Self::delta(i, json!({"type": "thinking_delta", "thinking": t}), out);
+                Self::text_delta(i, "thinking_delta", "thinking", t, out);
             }
             Event::ThinkingSignature(s) if s.is_empty() => {}
             Event::ThinkingSignature(s) => {
@@ -367,6 +384,12 @@ impl StreamEncoder for Encoder {
         );
         write_event(out, "message_stop", &json!({"type": "message_stop"}));
     }
+}
+
+/// A JSON string, escaped as `serde_json` writes one.
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    // Writing a string into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, s);
 }
 
 /// Whether streamed JSON text has closed its top-level object or array, one byte at a

@@ -332,3 +332,32 @@ fn json_end_tracks_whole_values() {
     assert!(!done(&["42"]));
     assert!(done(&["{\"k\":\"é\\\\\"}"]));
 }
+
+/// Text and thinking deltas are written straight, byte for byte as the general event
+/// writer writes them.
+#[test]
+fn deltas_written_straight_are_the_general_event() {
+    for t in [
+        "plain",
+        "line\nbreak \"quoted\" back\\slash tab\t",
+        "caf\u{e9} \u{1f600} \u{1} \u{7f}",
+    ] {
+        for (index, kind, key) in [
+            (0, "text_delta", "text"),
+            (12, "thinking_delta", "thinking"),
+        ] {
+            let mut general = Vec::new();
+            Encoder::delta(
+                index,
+                serde_json::json!({"type": kind, key: t}),
+                &mut general,
+            );
+            let mut straight = Vec::new();
+            Encoder::text_delta(index, kind, key, t, &mut straight);
+            assert_eq!(
+                String::from_utf8(straight).unwrap(),
+                String::from_utf8(general).unwrap()
+            );
+        }
+    }
+}

@@ -238,3 +238,50 @@ fn finish_is_final() {
     e.finish(Some("again"), &mut out);
     assert_eq!(out.len(), len);
 }
+
+/// Text and reasoning after the first delta are written straight, byte for byte as the
+/// general chunk writer writes them (escapes, non-ASCII, an awkward model name).
+#[test]
+fn text_written_straight_is_the_general_chunk() {
+    let mut ctx = stream_ctx(false);
+    ctx.client_model = "m \"q\" é".into();
+    ctx.created = -5;
+    let texts = [
+        "plain",
+        "line\nbreak \"quoted\" back\\slash tab\t",
+        "caf\u{e9} \u{1f600} \u{1} \u{7f}",
+        "</script>",
+    ];
+    for (key, make) in [
+        ("content", Event::Text as fn(String) -> Event),
+        ("reasoning_content", Event::Thinking),
+    ] {
+        for t in texts {
+            let mut e = Encoder {
+                ctx: ctx.clone(),
+                id: "chatcmpl-x".into(),
+                head: Vec::new(),
+                started: true,
+                tool_calls: false,
+                finish: None,
+                usage: None,
+                finished: false,
+            };
+            let mut general = Vec::new();
+            e.delta(one(key, t.into()), &mut general);
+            let mut fast = encoder(&StreamContext {
+                request_id: "x".into(),
+                ..ctx.clone()
+            });
+            let mut first = Vec::new();
+            fast.event(&Event::Text("first".into()), &mut first);
+            let mut straight = Vec::new();
+            fast.event(&make(t.into()), &mut straight);
+            assert_eq!(
+                String::from_utf8(straight).unwrap(),
+                String::from_utf8(general).unwrap(),
+                "{key}: {t:?}"
+            );
+        }
+    }
+}
