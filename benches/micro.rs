@@ -300,6 +300,26 @@ fn main() {
         s,
         "",
     );
+    // The client route table: a row near its top, one in its middle, one near its end.
+    let paths = [
+        (http::Method::POST, "/v1/chat/completions"),
+        (
+            http::Method::POST,
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+        ),
+        (http::Method::GET, "/v1/video/generations/task_0123456789"),
+    ];
+    let s = timing::median(quick, || {
+        for (m, p) in &paths {
+            let _ = std::hint::black_box(model_gateway::route::route(m, std::hint::black_box(p)));
+        }
+    });
+    row(
+        &mut report,
+        "route lookup",
+        s / paths.len() as f64,
+        "mean of an early, a middle and a late row of the table",
+    );
     let s = timing::median(quick, || {
         let k = std::hint::black_box(&secret);
         let ok = keys::is_well_formed(k);

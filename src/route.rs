@@ -6,8 +6,11 @@ use crate::errors::{ErrorShape, GatewayError};
 use crate::media::Media;
 use crate::protocol::Protocol;
 pub use crate::relay::Relay;
-use crate::video::VideoRoute;
+use crate::video::{Shape, VideoRoute};
 use http::Method;
+use table::{Endpoint, Lookup, Param, Verb, GET, POST, READ};
+
+pub mod table;
 
 /// A served endpoint: the request is authenticated, then handled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,126 +86,151 @@ pub fn error_shape(served: Option<&Route>, path: &str) -> ErrorShape {
     }
 }
 
-pub fn route(method: &Method, path: &str) -> Result<Route, Refused> {
-    // The trailing-slash variants of spec 4.18 and friends are the same endpoints.
-    let p = if path.len() > 1 {
-        path.trim_end_matches('/')
-    } else {
-        path
-    };
-    let get = method == Method::GET;
-    // The local reads answer HEAD as GET (the proxy writes no body for it).
-    let read = get || method == Method::HEAD;
-    let post = method == Method::POST;
-    let only = |ok: bool, r: Route| {
-        if ok {
-            Ok(r)
-        } else {
-            Err(Refused::MethodNotAllowed)
-        }
-    };
-    if let Some(v) = crate::video::route(post, get, p) {
-        // The video table refuses only a method: its `Err` carries nothing more.
-        return v.map(Route::Video).map_err(|()| Refused::MethodNotAllowed);
-    }
-    let relay = |protocol| Relay {
+/// Builds a row's route from its path parameter (`""` when it has none), or says which
+/// refusal the row stands for.
+pub type Make = fn(&str) -> Result<Route, Refused>;
+
+const fn row(methods: &'static [Verb], path: &'static str, make: Make) -> Endpoint<Make> {
+    Endpoint::new(methods, path, make)
+}
+
+const fn relay(protocol: Protocol) -> Relay {
+    Relay {
         protocol,
         path_model: None,
         path_stream: false,
         compact: false,
-    };
-    match p {
-        "/v1/models" => only(read, Route::Models),
-        "/v1beta/models" => only(read, Route::GeminiModels),
-        "/api/usage/token" => only(read, Route::UsageToken),
-        "/api/log/token" => only(read, Route::LogToken),
-        "/v1/chat/completions" => only(post, Route::Relay(relay(Protocol::Chat))),
-        "/v1/messages" => only(post, Route::Relay(relay(Protocol::Messages))),
-        "/v1/responses" => only(post, Route::Relay(relay(Protocol::Responses))),
-        "/v1/images/generations" => only(post, Route::Media(Media::ImageGeneration)),
-        "/v1/images/edits" => only(post, Route::Media(Media::ImageEdit)),
-        "/v1/audio/speech" => only(post, Route::Media(Media::Speech)),
-        "/v1/audio/transcriptions" => only(post, Route::Media(Media::Transcription)),
-        "/v1/audio/translations" => only(post, Route::Media(Media::Translation)),
-        "/v1/embeddings" => only(post, Route::Media(Media::Embeddings(None))),
-        "/v1/rerank" => only(post, Route::Media(Media::Rerank)),
-        "/v1/moderations" => only(post, Route::Media(Media::Moderation)),
-        "/v1/realtime" => only(get, Route::Realtime),
-        "/v1/responses/compact" => only(
-            post,
-            Route::Relay(Relay {
-                compact: true,
-                ..relay(Protocol::Responses)
-            }),
-        ),
-        _ => {
-            if let Some(rest) = p.strip_prefix("/v1beta/models/") {
-                return gemini(method, rest);
-            }
-            // spec 4.19: the model in the path.
-            if let Some(model) = p
-                .strip_prefix("/v1/engines/")
-                .and_then(|r| r.strip_suffix("/embeddings"))
-                .filter(|m| !m.is_empty() && !m.contains('/'))
-            {
-                return only(
-                    post,
-                    Route::Media(Media::Embeddings(Some(model.to_string()))),
-                );
-            }
-            not_implemented(method, p)
-        }
     }
 }
 
-fn gemini(method: &Method, rest: &str) -> Result<Route, Refused> {
-    if let Some((model, action)) = rest.rsplit_once(':') {
-        let stream = match action {
-            "generateContent" => false,
-            "streamGenerateContent" => true,
-            _ => return Err(Refused::NotFound),
-        };
-        if model.is_empty() || model.contains('/') {
-            return Err(Refused::NotFound);
-        }
-        if method != Method::POST {
-            return Err(Refused::MethodNotAllowed);
-        }
-        return Ok(Route::Relay(Relay {
-            protocol: Protocol::Gemini,
-            path_model: Some(model.to_string()),
-            path_stream: stream,
-            compact: false,
-        }));
-    }
-    if rest.is_empty() || rest.contains('/') {
-        return Err(Refused::NotFound);
-    }
-    if method != Method::GET && method != Method::HEAD {
-        return Err(Refused::MethodNotAllowed);
-    }
-    Ok(Route::GeminiModel(rest.to_string()))
+fn gemini(model: &str, stream: bool) -> Result<Route, Refused> {
+    Ok(Route::Relay(Relay {
+        path_model: Some(model.to_string()),
+        path_stream: stream,
+        ..relay(Protocol::Gemini)
+    }))
 }
 
-/// Spec 4.23: files and fine-tunes are listed but not implemented.
-fn not_implemented(method: &Method, p: &str) -> Result<Route, Refused> {
-    let seg: Vec<&str> = p.split('/').skip(1).collect();
-    let m = method.as_str();
-    let listed = match seg.as_slice() {
-        ["v1", "fine-tunes"] => m == "GET" || m == "POST",
-        ["v1", "fine-tunes", _] => m == "GET",
-        ["v1", "fine-tunes", _, "cancel"] => m == "POST",
-        ["v1", "fine-tunes", _, "events"] => m == "GET",
-        ["v1", "files"] => m == "GET" || m == "POST",
-        ["v1", "files", _] => m == "GET" || m == "DELETE",
-        ["v1", "files", _, "content"] => m == "GET",
-        _ => return Err(Refused::NotFound),
-    };
-    Err(if listed {
-        Refused::NotImplemented
-    } else {
-        Refused::MethodNotAllowed
-    })
+/// Every endpoint of the client listener, in lookup order: [`route`] dispatches by it,
+/// and `openapi/client.yaml` documents exactly these (tests/integration/openapi.rs).
+pub static ENDPOINTS: &[Endpoint<Make>] = &[
+    row(READ, "/v1/models", |_| Ok(Route::Models)),
+    row(READ, "/v1beta/models", |_| Ok(Route::GeminiModels)),
+    row(POST, "/v1beta/models/{model}:generateContent", |m| {
+        gemini(m, false)
+    }),
+    row(POST, "/v1beta/models/{model}:streamGenerateContent", |m| {
+        gemini(m, true)
+    }),
+    Endpoint {
+        param: Param::NoColon,
+        ..row(READ, "/v1beta/models/{model}", |m| {
+            Ok(Route::GeminiModel(m.to_string()))
+        })
+    },
+    row(READ, "/api/usage/token", |_| Ok(Route::UsageToken)),
+    row(READ, "/api/log/token", |_| Ok(Route::LogToken)),
+    row(POST, "/v1/chat/completions", |_| {
+        Ok(Route::Relay(relay(Protocol::Chat)))
+    }),
+    row(POST, "/v1/messages", |_| {
+        Ok(Route::Relay(relay(Protocol::Messages)))
+    }),
+    row(POST, "/v1/responses", |_| {
+        Ok(Route::Relay(relay(Protocol::Responses)))
+    }),
+    row(POST, "/v1/responses/compact", |_| {
+        Ok(Route::Relay(Relay {
+            compact: true,
+            ..relay(Protocol::Responses)
+        }))
+    }),
+    row(POST, "/v1/images/generations", |_| {
+        media(Media::ImageGeneration)
+    }),
+    row(POST, "/v1/images/edits", |_| media(Media::ImageEdit)),
+    row(POST, "/v1/audio/speech", |_| media(Media::Speech)),
+    row(POST, "/v1/audio/transcriptions", |_| {
+        media(Media::Transcription)
+    }),
+    row(POST, "/v1/audio/translations", |_| {
+        media(Media::Translation)
+    }),
+    row(POST, "/v1/embeddings", |_| media(Media::Embeddings(None))),
+    // spec 4.19: the model in the path.
+    row(POST, "/v1/engines/{model}/embeddings", |m| {
+        media(Media::Embeddings(Some(m.to_string())))
+    }),
+    row(POST, "/v1/rerank", |_| media(Media::Rerank)),
+    row(POST, "/v1/moderations", |_| media(Media::Moderation)),
+    row(GET, "/v1/realtime", |_| Ok(Route::Realtime)),
+    // spec 4.8–4.16: the video task endpoints, one submission and one status per shape.
+    row(POST, "/v1/videos", |_| submit(Shape::Videos)),
+    row(GET, "/v1/videos/{task_id}", |id| status(Shape::Videos, id)),
+    row(GET, "/v1/videos/{task_id}/content", |id| {
+        Ok(Route::Video(VideoRoute::Content(id.to_string())))
+    }),
+    row(POST, "/video-a/v1/videos/text2video", |_| {
+        submit(Shape::TextToVideo)
+    }),
+    row(GET, "/video-a/v1/videos/text2video/{task_id}", |id| {
+        status(Shape::TextToVideo, id)
+    }),
+    row(POST, "/video-a/v1/videos/image2video", |_| {
+        submit(Shape::ImageToVideo)
+    }),
+    row(GET, "/video-a/v1/videos/image2video/{task_id}", |id| {
+        status(Shape::ImageToVideo, id)
+    }),
+    row(POST, "/video-b", |_| Ok(Route::Video(VideoRoute::VideoB))),
+    row(POST, "/v1/video/generations", |_| {
+        submit(Shape::Generations)
+    }),
+    row(GET, "/v1/video/generations/{task_id}", |id| {
+        status(Shape::Generations, id)
+    }),
+    // spec 4.23: files and fine-tunes are listed but not implemented.
+    row(&[Verb::Get, Verb::Post], "/v1/fine-tunes", not_implemented),
+    row(GET, "/v1/fine-tunes/{fine_tune_id}", not_implemented),
+    row(
+        POST,
+        "/v1/fine-tunes/{fine_tune_id}/cancel",
+        not_implemented,
+    ),
+    row(GET, "/v1/fine-tunes/{fine_tune_id}/events", not_implemented),
+    row(&[Verb::Get, Verb::Post], "/v1/files", not_implemented),
+    row(
+        &[Verb::Get, Verb::Delete],
+        "/v1/files/{file_id}",
+        not_implemented,
+    ),
+    row(GET, "/v1/files/{file_id}/content", not_implemented),
+];
+
+fn media(m: Media) -> Result<Route, Refused> {
+    Ok(Route::Media(m))
+}
+
+fn submit(shape: Shape) -> Result<Route, Refused> {
+    Ok(Route::Video(VideoRoute::Submit(shape)))
+}
+
+fn status(shape: Shape, id: &str) -> Result<Route, Refused> {
+    Ok(Route::Video(VideoRoute::Status(shape, id.to_string())))
+}
+
+fn not_implemented(_: &str) -> Result<Route, Refused> {
+    Err(Refused::NotImplemented)
+}
+
+/// The route of a request, by [`ENDPOINTS`]; the trailing-slash variants of spec 4.6,
+/// 4.7 and 4.18 are the same endpoints.
+pub fn route(method: &Method, path: &str) -> Result<Route, Refused> {
+    match table::find(ENDPOINTS, method, path) {
+        Lookup::Found(row, param) => (row.target)(param),
+        Lookup::WrongMethod => Err(Refused::MethodNotAllowed),
+        Lookup::NoPath => Err(Refused::NotFound),
+    }
 }
 
 impl Route {
@@ -377,5 +405,101 @@ mod tests {
             Ok(Route::Media(Media::Embeddings(Some("e5".into()))))
         );
         assert_eq!(route(&Method::GET, "/v1/realtime"), Ok(Route::Realtime));
+        assert_eq!(
+            route(&Method::HEAD, "/v1/realtime"),
+            Err(Refused::MethodNotAllowed)
+        );
+        assert_eq!(route(&Method::HEAD, "/v1/models"), Ok(Route::Models));
+        assert_eq!(
+            route(&Method::HEAD, "/v1/files"),
+            Err(Refused::MethodNotAllowed)
+        );
+    }
+
+    #[test]
+    fn generate_content_paths() {
+        // A `:` in the last segment is an action: an unknown one is not a model read.
+        assert_eq!(
+            route(&Method::GET, "/v1beta/models/g:bogus"),
+            Err(Refused::NotFound)
+        );
+        assert_eq!(
+            route(&Method::POST, "/v1beta/models/g:bogus"),
+            Err(Refused::NotFound)
+        );
+        assert_eq!(
+            route(&Method::GET, "/v1beta/models/g:generateContent"),
+            Err(Refused::MethodNotAllowed)
+        );
+        assert_eq!(
+            route(&Method::POST, "/v1beta/models/g"),
+            Err(Refused::MethodNotAllowed)
+        );
+        assert_eq!(
+            route(&Method::POST, "/v1beta/models/a/b:generateContent"),
+            Err(Refused::NotFound)
+        );
+        assert_eq!(
+            route(&Method::POST, "/v1beta/models/:generateContent"),
+            Err(Refused::NotFound)
+        );
+    }
+
+    #[test]
+    fn video_routes() {
+        let video = |m: Method, p: &str| route(&m, p);
+        assert_eq!(
+            video(Method::POST, "/v1/videos"),
+            Ok(Route::Video(VideoRoute::Submit(Shape::Videos)))
+        );
+        assert_eq!(
+            video(Method::GET, "/v1/videos/task_1/content"),
+            Ok(Route::Video(VideoRoute::Content("task_1".into())))
+        );
+        assert_eq!(
+            video(Method::GET, "/v1/videos/task_1"),
+            Ok(Route::Video(VideoRoute::Status(
+                Shape::Videos,
+                "task_1".into()
+            )))
+        );
+        assert_eq!(
+            video(Method::POST, "/v1/videos/task_1"),
+            Err(Refused::MethodNotAllowed)
+        );
+        assert_eq!(
+            video(Method::GET, "/video-a/v1/videos/image2video/t"),
+            Ok(Route::Video(VideoRoute::Status(
+                Shape::ImageToVideo,
+                "t".into()
+            )))
+        );
+        assert_eq!(
+            video(Method::POST, "/video-b/"),
+            Ok(Route::Video(VideoRoute::VideoB))
+        );
+        assert_eq!(
+            video(Method::GET, "/video-b"),
+            Err(Refused::MethodNotAllowed)
+        );
+        assert_eq!(video(Method::GET, "/v1/videos/a/b"), Err(Refused::NotFound));
+        assert_eq!(
+            video(Method::GET, "/v1/video/generations/t/"),
+            Ok(Route::Video(VideoRoute::Status(
+                Shape::Generations,
+                "t".into()
+            )))
+        );
+    }
+
+    /// Each template has at most one parameter, and no two rows answer the same method
+    /// on the same template.
+    #[test]
+    fn rows_are_well_formed() {
+        let ops = table::operations(ENDPOINTS);
+        for (i, (v, p)) in ops.iter().enumerate() {
+            assert!(p.matches('{').count() <= 1, "{p}");
+            assert!(!ops[..i].contains(&(*v, *p)), "{v:?} {p} twice");
+        }
     }
 }

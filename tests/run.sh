@@ -29,7 +29,7 @@ venv=target/py
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-if ! "$venv/bin/python" -c 'import openai, anthropic, google.genai, pytest, botocore, jwt' 2>/dev/null; then
+if ! "$venv/bin/python" -c 'import openai, anthropic, google.genai, pytest, botocore, jwt, h2, openapi_spec_validator' 2>/dev/null; then
   "$venv/bin/python" -m pip install -q -r tests/e2e/requirements.txt
 fi
 export MG_PYTHON="$PWD/$venv/bin/python"

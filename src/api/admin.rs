@@ -6,7 +6,12 @@
 //! - `GET /admin/usage`, `GET /admin/usage/{request_id}`: usage records ([`super::records`]);
 //! - `GET /admin/spend`: spend in time buckets ([`super::spend`]);
 //! - `GET /admin/catalog`: channels and prices from the configuration ([`super::catalog`]);
-//! - `GET /admin/channels`: each channel's health; `POST /admin/reload` ([`super::ops`]).
+//! - `GET /admin/channels`: each channel's health; `POST /admin/reload` ([`super::ops`]);
+//! - `GET /openapi/client.yaml`, `GET /openapi/admin.yaml`: the OpenAPI documents of the
+//!   client API and of this listener, without the token ([`super::openapi`]).
+//!
+//! Every route but the console's files is a row of [`ROUTES`], which dispatch goes by and
+//! `openapi/admin.yaml` documents.
 //!
 //! The console's files carry no data and are served without the token (the page is the
 //! login form); everything it shows comes from the endpoints above, each behind the token.
@@ -15,10 +20,11 @@
 use super::console::{self, Reply};
 use super::groups::{self, GroupInput};
 use super::keys::{self, KeyInput};
-use super::{catalog, ops, policy, records, spend};
+use super::{catalog, openapi, ops, policy, records, spend};
 use crate::errors::{ErrorShape, GatewayError};
 use crate::gateway::{Gateway, Live};
 use crate::ids;
+use crate::route::table::{self, Endpoint, Lookup, Verb, POST, READ};
 use async_trait::async_trait;
 use bytes::BytesMut;
 use http::{Method, Response};
@@ -54,119 +60,185 @@ impl AdminApp {
             && presented.is_some_and(|t| constant_time_eq(t.as_bytes(), token.as_bytes()))
     }
 
-    async fn handle(&self, s: &mut ServerSession, request_id: &str) -> Answer {
+    /// The routes behind the token: 401 without it, whatever the path.
+    async fn handle(
+        &self,
+        s: &mut ServerSession,
+        to: Result<(AdminRoute, String), GatewayError>,
+        request_id: &str,
+    ) -> Answer {
         let gw = self.live.current();
         if !Self::authorized(&gw, s) {
             return Err(GatewayError::AdminUnauthorized);
         }
-        let method = as_get(&s.req_header().method);
-        let path = s.req_header().uri.path().trim_end_matches('/').to_string();
+        let (to, id) = to?;
         let query = s.req_header().uri.query().map(str::to_string);
         let query = query.as_deref();
-        if let Some(rest) = path.strip_prefix("/admin/keys") {
-            return keys_endpoint(&gw, s, method, rest).await;
-        }
-        if let Some(rest) = path.strip_prefix("/admin/groups") {
-            return groups_endpoint(&gw, s, method, rest).await;
-        }
+        let store = gw.store.as_ref();
         let gw = gw.as_ref();
-        match (method, path.as_str()) {
-            (Method::GET, "/admin/channels") => Ok((200, ops::channels(&self.live))),
-            (Method::POST, "/admin/reload") => Ok((200, ops::reload(&self.live)?)),
-            (Method::GET, "/admin/usage") => records::list(gw, query).await,
-            (Method::GET, "/admin/spend") => spend::get(gw, query).await,
-            (Method::GET, "/admin/catalog") => Ok((200, catalog::get(gw))),
-            (
-                _,
-                "/admin/usage" | "/admin/spend" | "/admin/catalog" | "/admin/channels"
-                | "/admin/reload",
-            ) => Err(GatewayError::MethodNotAllowed),
-            (Method::GET, p) => match p.strip_prefix("/admin/usage/") {
-                Some(id) if !id.contains('/') => records::lookup(gw, id, request_id).await,
-                _ => Err(GatewayError::NotFound),
-            },
-            _ => Err(GatewayError::NotFound),
+        use AdminRoute::*;
+        match to {
+            KeyCreate => {
+                let input = KeyInput::from_json(&read_body(s).await?)?;
+                let (rec, view) = keys::create(store, &input).await?;
+                gw.keys.put(rec);
+                Ok((201, view))
+            }
+            KeyList => Ok((200, keys::list(store).await?)),
+            KeyShow => {
+                let rec = keys::show(store, &id).await?;
+                let mut v = keys::view(&rec);
+                v["limits"] = policy::key_limits(store, &gw.calendar, &rec).await?;
+                Ok((200, v))
+            }
+            KeyUpdate => {
+                let input = KeyInput::from_json(&read_body(s).await?)?;
+                let rec = keys::update(store, &id, &input).await?;
+                gw.keys.put(rec.clone());
+                Ok((200, keys::view(&rec)))
+            }
+            KeyRevoke => {
+                keys::revoke(store, &id).await?;
+                gw.keys.invalidate(&id);
+                Ok((
+                    200,
+                    serde_json::json!({"id": id, "object": "api_key", "deleted": true}),
+                ))
+            }
+            GroupCreate => {
+                let input = GroupInput::from_json(&read_body(s).await?)?;
+                Ok((201, groups::view(&groups::create(store, &input).await?)))
+            }
+            GroupList => Ok((200, groups::list(store).await?)),
+            GroupShow => {
+                let g = groups::show(store, &id).await?;
+                Ok((200, groups::detail(store, &gw.calendar, &g).await?))
+            }
+            GroupUpdate => {
+                let input = GroupInput::from_json(&read_body(s).await?)?;
+                Ok((
+                    200,
+                    groups::view(&groups::update(store, &id, &input).await?),
+                ))
+            }
+            GroupDelete => {
+                groups::delete(store, &id).await?;
+                Ok((
+                    200,
+                    serde_json::json!({"id": id, "object": "key_group", "deleted": true}),
+                ))
+            }
+            Channels => Ok((200, ops::channels(&self.live))),
+            Reload => Ok((200, ops::reload(&self.live)?)),
+            Usage => records::list(gw, query).await,
+            UsageRecord => records::lookup(gw, &id, request_id).await,
+            Spend => spend::get(gw, query).await,
+            Catalog => Ok((200, catalog::get(gw))),
+            // Answered before the token is asked for.
+            Metrics | Healthz | Readyz | OpenApiClient | OpenApiAdmin => {
+                Err(GatewayError::NotFound)
+            }
         }
+    }
+
+    /// Answers a request of [`ROUTES`] (or refuses it: 404, 405, 401).
+    async fn route(&self, s: &mut ServerSession, method: &Method, request_id: &str) -> Reply {
+        let to = admin_route(method, s.req_header().uri.path());
+        if let Ok((r, _)) = &to {
+            if let Some(open) = self.open(*r).await {
+                return open;
+            }
+        }
+        let (status, body) = match self.handle(s, to, request_id).await {
+            Ok((status, v)) => (status, serde_json::to_vec(&v).unwrap_or_default()),
+            Err(e) => {
+                e.log_internal(request_id);
+                (e.status(), e.body(ErrorShape::Default, request_id))
+            }
+        };
+        Reply::json(status, body)
+    }
+
+    /// The routes served without the token.
+    async fn open(&self, to: AdminRoute) -> Option<Reply> {
+        let yaml = |body: &[u8]| Reply::plain(200, openapi::CONTENT_TYPE, body.to_vec());
+        let plain = |r: ops::Reply| Reply::plain(r.status, r.content_type, r.body);
+        Some(match to {
+            AdminRoute::Metrics => plain(ops::metrics(&self.live)),
+            AdminRoute::Healthz => plain(ops::healthz()),
+            AdminRoute::Readyz => plain(ops::ready(&self.live).await),
+            AdminRoute::OpenApiClient => yaml(openapi::CLIENT),
+            AdminRoute::OpenApiAdmin => yaml(openapi::ADMIN),
+            _ => return None,
+        })
     }
 }
 
-/// The id after a collection's path: `None` for the collection itself.
-fn item(rest: &str) -> Result<Option<String>, GatewayError> {
-    match rest {
-        "" => Ok(None),
-        rest => match rest.strip_prefix('/') {
-            Some(id) if !id.is_empty() && !id.contains('/') => Ok(Some(id.to_string())),
-            _ => Err(GatewayError::NotFound),
-        },
-    }
+/// What a request to the admin listener is (besides the console's files).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminRoute {
+    Metrics,
+    Healthz,
+    Readyz,
+    OpenApiClient,
+    OpenApiAdmin,
+    KeyCreate,
+    KeyList,
+    KeyShow,
+    KeyUpdate,
+    KeyRevoke,
+    GroupCreate,
+    GroupList,
+    GroupShow,
+    GroupUpdate,
+    GroupDelete,
+    Usage,
+    UsageRecord,
+    Spend,
+    Catalog,
+    Channels,
+    Reload,
 }
 
-async fn keys_endpoint(gw: &Gateway, s: &mut ServerSession, method: Method, rest: &str) -> Answer {
-    let store = gw.store.as_ref();
-    match (method, item(rest)?) {
-        (Method::POST, None) => {
-            let input = KeyInput::from_json(&read_body(s).await?)?;
-            let (rec, view) = keys::create(store, &input).await?;
-            gw.keys.put(rec);
-            Ok((201, view))
-        }
-        (Method::GET, None) => Ok((200, keys::list(store).await?)),
-        (Method::GET, Some(id)) => {
-            let rec = keys::show(store, &id).await?;
-            let mut v = keys::view(&rec);
-            v["limits"] = policy::key_limits(store, &gw.calendar, &rec).await?;
-            Ok((200, v))
-        }
-        (Method::PATCH, Some(id)) => {
-            let input = KeyInput::from_json(&read_body(s).await?)?;
-            let rec = keys::update(store, &id, &input).await?;
-            gw.keys.put(rec.clone());
-            Ok((200, keys::view(&rec)))
-        }
-        (Method::DELETE, Some(id)) => {
-            keys::revoke(store, &id).await?;
-            gw.keys.invalidate(&id);
-            Ok((
-                200,
-                serde_json::json!({"id": id, "object": "api_key", "deleted": true}),
-            ))
-        }
-        _ => Err(GatewayError::MethodNotAllowed),
-    }
-}
+const PATCH: &[Verb] = &[Verb::Patch];
+const DELETE: &[Verb] = &[Verb::Delete];
 
-async fn groups_endpoint(
-    gw: &Gateway,
-    s: &mut ServerSession,
-    method: Method,
-    rest: &str,
-) -> Answer {
-    let store = gw.store.as_ref();
-    match (method, item(rest)?) {
-        (Method::POST, None) => {
-            let input = GroupInput::from_json(&read_body(s).await?)?;
-            Ok((201, groups::view(&groups::create(store, &input).await?)))
-        }
-        (Method::GET, None) => Ok((200, groups::list(store).await?)),
-        (Method::GET, Some(id)) => {
-            let g = groups::show(store, &id).await?;
-            Ok((200, groups::detail(store, &gw.calendar, &g).await?))
-        }
-        (Method::PATCH, Some(id)) => {
-            let input = GroupInput::from_json(&read_body(s).await?)?;
-            Ok((
-                200,
-                groups::view(&groups::update(store, &id, &input).await?),
-            ))
-        }
-        (Method::DELETE, Some(id)) => {
-            groups::delete(store, &id).await?;
-            Ok((
-                200,
-                serde_json::json!({"id": id, "object": "key_group", "deleted": true}),
-            ))
-        }
-        _ => Err(GatewayError::MethodNotAllowed),
+/// Every route of the admin listener but the console's files, in lookup order:
+/// dispatch goes by it, and `openapi/admin.yaml` documents exactly these
+/// (tests/integration/openapi.rs). A trailing slash is ignored.
+pub static ROUTES: &[Endpoint<AdminRoute>] = {
+    use AdminRoute::*;
+    &[
+        Endpoint::new(READ, "/metrics", Metrics),
+        Endpoint::new(READ, "/healthz", Healthz),
+        Endpoint::new(READ, "/readyz", Readyz),
+        Endpoint::new(READ, "/openapi/client.yaml", OpenApiClient),
+        Endpoint::new(READ, "/openapi/admin.yaml", OpenApiAdmin),
+        Endpoint::new(POST, "/admin/keys", KeyCreate),
+        Endpoint::new(READ, "/admin/keys", KeyList),
+        Endpoint::new(READ, "/admin/keys/{id}", KeyShow),
+        Endpoint::new(PATCH, "/admin/keys/{id}", KeyUpdate),
+        Endpoint::new(DELETE, "/admin/keys/{id}", KeyRevoke),
+        Endpoint::new(POST, "/admin/groups", GroupCreate),
+        Endpoint::new(READ, "/admin/groups", GroupList),
+        Endpoint::new(READ, "/admin/groups/{id}", GroupShow),
+        Endpoint::new(PATCH, "/admin/groups/{id}", GroupUpdate),
+        Endpoint::new(DELETE, "/admin/groups/{id}", GroupDelete),
+        Endpoint::new(READ, "/admin/usage", Usage),
+        Endpoint::new(READ, "/admin/usage/{request_id}", UsageRecord),
+        Endpoint::new(READ, "/admin/spend", Spend),
+        Endpoint::new(READ, "/admin/catalog", Catalog),
+        Endpoint::new(READ, "/admin/channels", Channels),
+        Endpoint::new(POST, "/admin/reload", Reload),
+    ]
+};
+
+/// The route of a request to the admin listener, and its path parameter.
+pub fn admin_route(method: &Method, path: &str) -> Result<(AdminRoute, String), GatewayError> {
+    match table::find(ROUTES, method, path) {
+        Lookup::Found(row, id) => Ok((row.target, id.to_string())),
+        Lookup::WrongMethod => Err(GatewayError::MethodNotAllowed),
+        Lookup::NoPath => Err(GatewayError::NotFound),
     }
 }
 
@@ -174,30 +246,17 @@ async fn groups_endpoint(
 impl ServeHttp for AdminApp {
     async fn response(&self, s: &mut ServerSession) -> Response<Vec<u8>> {
         let request_id = ids::request_id();
-        let (method, path) = (
-            as_get(&s.req_header().method),
-            s.req_header().uri.path().to_string(),
-        );
-        let reply = if let Some(asset) = console::asset(s.req_header(), &method, &request_id) {
-            asset
-        } else if let Some(open) = ops::open_endpoint(&self.live, &method, &path).await {
-            Reply::plain(open.status, open.content_type, open.body)
-        } else {
-            let (status, body) = match self.handle(s, &request_id).await {
-                Ok((status, v)) => (status, serde_json::to_vec(&v).unwrap_or_default()),
-                Err(e) => {
-                    e.log_internal(&request_id);
-                    (e.status(), e.body(ErrorShape::Default, &request_id))
-                }
-            };
-            Reply::json(status, body)
+        let method = s.req_header().method.clone();
+        let reply = match console::asset(s.req_header(), &as_get(&method), &request_id) {
+            Some(asset) => asset,
+            None => self.route(s, &method, &request_id).await,
         };
         reply.into_response(&request_id)
     }
 }
 
-/// A `HEAD` is answered wherever a `GET` is, with the same status and headers: it is
-/// routed as the `GET`, and Pingora writes no body for it.
+/// The console's files answer a `HEAD` as the `GET` (Pingora writes no body for it); the
+/// routes of [`ROUTES`] list `HEAD` beside each `GET` themselves.
 fn as_get(m: &Method) -> Method {
     if m == Method::HEAD {
         Method::GET

@@ -8,6 +8,7 @@ pub mod fields;
 pub mod groups;
 pub mod keys;
 pub mod local;
+pub mod openapi;
 pub mod ops;
 pub mod params;
 pub mod policy;

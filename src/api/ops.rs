@@ -34,34 +34,30 @@ impl Reply {
     }
 }
 
-/// The endpoints served without the admin token; `None` for any other path.
-pub async fn open_endpoint(live: &Live, method: &http::Method, path: &str) -> Option<Reply> {
-    if method != http::Method::GET {
-        return None;
-    }
-    match path {
-        "/metrics" => {
-            let gw = live.current();
-            Some(Reply {
-                status: 200,
-                content_type: "text/plain; version=0.0.4; charset=utf-8",
-                body: gw.observe.render(&gw.config),
-            })
-        }
-        "/healthz" => Some(Reply::json(
-            200,
-            &json!({
-                "status": "ok",
-                "pid": std::process::id(),
-                "version": env!("CARGO_PKG_VERSION"),
-            }),
-        )),
-        "/readyz" => Some(ready(live).await),
-        _ => None,
+/// `GET /metrics`.
+pub fn metrics(live: &Live) -> Reply {
+    let gw = live.current();
+    Reply {
+        status: 200,
+        content_type: "text/plain; version=0.0.4; charset=utf-8",
+        body: gw.observe.render(&gw.config),
     }
 }
 
-async fn ready(live: &Live) -> Reply {
+/// `GET /healthz`.
+pub fn healthz() -> Reply {
+    Reply::json(
+        200,
+        &json!({
+            "status": "ok",
+            "pid": std::process::id(),
+            "version": env!("CARGO_PKG_VERSION"),
+        }),
+    )
+}
+
+/// `GET /readyz`.
+pub async fn ready(live: &Live) -> Reply {
     let gw = live.current();
     let unready = |reason: String| {
         Reply::json(

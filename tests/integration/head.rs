@@ -4,7 +4,8 @@
 use crate::gateway::{StoreKind, TestGateway, ADMIN_TOKEN};
 use serde_json::json;
 
-const DEMO: &str = "channels:
+/// A gateway that answers without a provider.
+pub const DEMO: &str = "channels:
   - name: demo
     protocol: demo
     models: [demo]

@@ -65,6 +65,7 @@ mod local;
 mod media;
 mod media_edits;
 mod money_once;
+mod openapi;
 mod ops;
 mod pricing;
 mod protocols;
