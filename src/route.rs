@@ -26,6 +26,16 @@ pub enum Route {
     UsageToken,
     LogToken,
     Relay(Relay),
+    /// A response the gateway stored (spec 4.4): read, deleted, or its input items listed.
+    StoredResponse(Stored),
+}
+
+/// What is done with a stored response, by its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    Get(String),
+    Delete(String),
+    InputItems(String),
 }
 
 /// A request the table turns away, before authentication.
@@ -139,6 +149,9 @@ pub fn route(method: &Method, path: &str) -> Result<Route, Refused> {
             if let Some(rest) = p.strip_prefix("/v1beta/models/") {
                 return gemini(method, rest);
             }
+            if let Some(rest) = p.strip_prefix("/v1/responses/") {
+                return stored(method, rest);
+            }
             // spec 4.19: the model in the path.
             if let Some(model) = p
                 .strip_prefix("/v1/engines/")
@@ -152,6 +165,26 @@ pub fn route(method: &Method, path: &str) -> Result<Route, Refused> {
             }
             not_implemented(method, p)
         }
+    }
+}
+
+/// `/v1/responses/{id}` (GET, DELETE) and `/v1/responses/{id}/input_items` (GET).
+fn stored(method: &Method, rest: &str) -> Result<Route, Refused> {
+    let read = method == Method::GET || method == Method::HEAD;
+    let (id, items) = match rest.split_once('/') {
+        None => (rest, false),
+        Some((id, "input_items")) => (id, true),
+        Some(_) => return Err(Refused::NotFound),
+    };
+    if id.is_empty() || id.contains('/') {
+        return Err(Refused::NotFound);
+    }
+    let id = id.to_string();
+    match (items, read, method == Method::DELETE) {
+        (true, true, _) => Ok(Route::StoredResponse(Stored::InputItems(id))),
+        (false, true, _) => Ok(Route::StoredResponse(Stored::Get(id))),
+        (false, _, true) => Ok(Route::StoredResponse(Stored::Delete(id))),
+        _ => Err(Refused::MethodNotAllowed),
     }
 }
 
@@ -234,6 +267,7 @@ impl Route {
             Route::Models | Route::GeminiModels | Route::GeminiModel(_) => "models",
             Route::UsageToken => "usage",
             Route::LogToken => "log",
+            Route::StoredResponse(_) => "responses_stored",
         }
     }
 }

@@ -3,6 +3,7 @@
 //! `/healthz` and `/readyz` ([`super::ops`]) and the console's page at `/console`.
 //!
 //! - `POST/GET /admin/keys`, `GET/PATCH/DELETE /admin/keys/{id}`: keys ([`super::keys`]);
+//! - `DELETE /admin/keys/{id}/responses`: the responses a key stored;
 //! - `GET /admin/usage`, `GET /admin/usage/{request_id}`: usage records ([`super::records`]);
 //! - `GET /admin/spend`: spend in time buckets ([`super::spend`]);
 //! - `GET /admin/catalog`: channels and prices from the configuration ([`super::catalog`]);
@@ -103,6 +104,21 @@ fn item(rest: &str) -> Result<Option<String>, GatewayError> {
 
 async fn keys_endpoint(gw: &Gateway, s: &mut ServerSession, method: Method, rest: &str) -> Answer {
     let store = gw.store.as_ref();
+    if let Some(id) = rest
+        .strip_prefix('/')
+        .and_then(|r| r.strip_suffix("/responses"))
+        .filter(|id| !id.is_empty() && !id.contains('/'))
+    {
+        if method != Method::DELETE {
+            return Err(GatewayError::MethodNotAllowed);
+        }
+        keys::show(store, id).await?;
+        let deleted = keys::delete_responses(store, id).await?;
+        return Ok((
+            200,
+            serde_json::json!({"key_id": id, "object": "stored_responses", "deleted": deleted}),
+        ));
+    }
     match (method, item(rest)?) {
         (Method::POST, None) => {
             let input = KeyInput::from_json(&read_body(s).await?)?;

@@ -71,6 +71,7 @@ mod quota;
 mod realtime;
 mod reconcile;
 mod redis_policy;
+mod responses_state;
 mod sdk;
 mod stores;
 mod task_store;
