@@ -156,6 +156,10 @@ macro_rules! on_both_stores {
 on_both_stores!(
     three_turns_with_a_tool_call_on_every_translated_protocol,
     another_keys_deleted_and_expired_ids_answer_like_unknown_ones,
+    a_chain_past_its_depth_and_a_key_past_its_stored_bytes_are_refused,
+    input_items_are_listed_in_pages,
+    compaction_takes_a_previous_response_id,
+    truncation_auto_drops_the_oldest_turns_and_disabled_refuses,
 );
 
 fn tools() -> Value {
@@ -512,12 +516,11 @@ async fn another_keys_deleted_and_expired_ids_answer_like_unknown_ones(store: St
     check("expired", id, alice.clone()).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_chain_past_its_depth_and_a_key_past_its_stored_bytes_are_refused() {
+async fn a_chain_past_its_depth_and_a_key_past_its_stored_bytes_are_refused(store: StoreKind) {
     let up = providers::start().await;
     let cfg = crate::protocols::config(&up.base_url())
         + "responses: { max_chain_depth: 3, max_stored_bytes_per_key: 6000 }\n";
-    let gw = TestGateway::start(&cfg, StoreKind::Embedded).await;
+    let gw = TestGateway::start(&cfg, store.clone()).await;
     let (key, _) = gw.create_key(json!({})).await;
     let mut prev = Value::Null;
     for _ in 0..3 {
@@ -579,14 +582,9 @@ async fn a_chain_past_its_depth_and_a_key_past_its_stored_bytes_are_refused() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn input_items_are_listed_in_pages() {
+async fn input_items_are_listed_in_pages(store: StoreKind) {
     let up = providers::start().await;
-    let gw = TestGateway::start(
-        &crate::protocols::config(&up.base_url()),
-        StoreKind::Embedded,
-    )
-    .await;
+    let gw = TestGateway::start(&crate::protocols::config(&up.base_url()), store.clone()).await;
     let (key, _) = gw.create_key(json!({})).await;
     let input: Vec<Value> = (0..5)
         .map(|i| json!({"role": "user", "content": format!("m{i}")}))
@@ -634,14 +632,9 @@ async fn input_items_are_listed_in_pages() {
     assert_eq!(bad["error"]["param"], "limit");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compaction_takes_a_previous_response_id() {
+async fn compaction_takes_a_previous_response_id(store: StoreKind) {
     let up = providers::start().await;
-    let gw = TestGateway::start(
-        &crate::protocols::config(&up.base_url()),
-        StoreKind::Embedded,
-    )
-    .await;
+    let gw = TestGateway::start(&crate::protocols::config(&up.base_url()), store.clone()).await;
     let (key, _) = gw.create_key(json!({})).await;
     let r = create(&gw, &key, json!({"model": "m-anthropic", "input": "hi"})).await;
     let (s, _, body) = gw
@@ -685,10 +678,9 @@ fn windowed(up: &MockUpstream) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn truncation_auto_drops_the_oldest_turns_and_disabled_refuses() {
+async fn truncation_auto_drops_the_oldest_turns_and_disabled_refuses(store: StoreKind) {
     let up = counted_upstream(900).await;
-    let gw = TestGateway::start(&windowed(&up), StoreKind::Embedded).await;
+    let gw = TestGateway::start(&windowed(&up), store.clone()).await;
     let (key, _) = gw.create_key(json!({})).await;
     let r1 = create(&gw, &key, json!({"model": "m", "input": "first turn"})).await;
     // 905 settled tokens before, and about 300 more: past the window of 1000.
@@ -720,7 +712,7 @@ async fn truncation_auto_drops_the_oldest_turns_and_disabled_refuses() {
     assert_eq!(m[0]["content"], next);
     // A turn that fits goes whole.
     let small = counted_upstream(10).await;
-    let gw = TestGateway::start(&windowed(&small), StoreKind::Embedded).await;
+    let gw = TestGateway::start(&windowed(&small), store.clone()).await;
     let (key, _) = gw.create_key(json!({})).await;
     let r1 = create(&gw, &key, json!({"model": "m", "input": "first turn"})).await;
     create(
