@@ -162,6 +162,59 @@ fn unix_now() -> i64 {
 
 /// Reserve + settle (and with the usage record, one request's whole store work),
 /// one at a time and `IN_FLIGHT` at once.
+/// Conversation state: storing one turn (a 4 KiB response), and reading a stored chain
+/// of ten turns back (what a chained request reads before its call).
+fn response_rows(
+    quick: bool,
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    store: &dyn Store,
+    key_id: &str,
+    report: &mut String,
+) {
+    use model_gateway::store::responses::StoredResponse;
+    let Some(rs) = store.responses() else {
+        return;
+    };
+    let turn = |id: String| StoredResponse {
+        id: id.clone(),
+        key_id: key_id.to_string(),
+        created_at: 1_700_000_000,
+        chain: vec![],
+        input: vec![json!({"role": "user", "content": "x".repeat(2048)})],
+        response: json!({"id": id, "object": "response", "output": [
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "y".repeat(2048)}]}]}),
+        native: false,
+        tokens: 1_100,
+    };
+    let seq = std::sync::atomic::AtomicU64::new(0);
+    let s = time_async(quick, rt, || {
+        let n = seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let r = turn(format!("resp_bench_{n}"));
+        async move {
+            rs.put_response(&r, 4_300, 3_600).await.expect("stored");
+        }
+    });
+    row(report, &format!("{name}: store a turn (4 KiB)"), s, "");
+    let chain: Vec<String> = (0..10).map(|n| format!("resp_bench_{n}")).collect();
+    for r in chain.iter().map(|id| turn(id.clone())) {
+        rt.block_on(rs.put_response(&r, 4_300, 3_600))
+            .expect("stored");
+    }
+    let s = time_async(quick, rt, || async {
+        let got = rs.get_responses(key_id, &chain).await.expect("read");
+        assert_eq!(got.len(), 10);
+        let bytes = rs.stored_bytes(key_id).await.expect("bytes");
+        assert!(bytes > 0);
+    });
+    row(
+        report,
+        &format!("{name}: read a 10-turn chain + the key's stored bytes"),
+        s,
+        "",
+    );
+}
+
 fn store_rows(
     quick: bool,
     rt: &tokio::runtime::Runtime,
@@ -398,6 +451,7 @@ fn main() {
 
     // The store's per-request work.
     store_rows(quick, &rt, "embedded", store.clone(), &rec.id, &mut report);
+    response_rows(quick, &rt, "embedded", &*store, &rec.id, &mut report);
     match Redis::start() {
         Some(redis) => {
             let rcfg = config(
@@ -410,6 +464,14 @@ fn main() {
             let (rrec, _) = rt
                 .block_on(model_gateway::api::keys::create(&*rstore, &input))
                 .expect("key created");
+            response_rows(
+                quick,
+                &rt,
+                "redis (unix socket)",
+                &*rstore,
+                &rrec.id,
+                &mut report,
+            );
             store_rows(
                 quick,
                 &rt,

@@ -62,6 +62,10 @@ pub enum GatewayError {
     NotFound,
     ModelNotFound(String),
     TaskNotFound,
+    /// A stored response the key cannot read (unknown, expired, deleted, another key's).
+    ResponseNotFound(String),
+    /// 400: `previous_response_id` names a response the key cannot read.
+    PreviousResponseNotFound(String),
     /// A video task's content before it completed (its status is named).
     VideoNotReady(&'static str),
     KeyNotFound,
@@ -184,11 +188,12 @@ impl GatewayError {
     pub fn status(&self) -> u16 {
         use GatewayError::*;
         match self {
-            BadRequest { .. } => 400,
+            BadRequest { .. } | PreviousResponseNotFound(_) => 400,
             MissingKey | MalformedKey | UnknownKey | AdminUnauthorized => 401,
             KeyDisabled | KeyExpired | IpNotAllowed | ModelNotAllowed(_) | QuotaExhausted
             | ModelNotPriced(_) => 403,
-            NotFound | ModelNotFound(_) | TaskNotFound | VideoNotReady(_) | KeyNotFound => 404,
+            NotFound | ModelNotFound(_) | TaskNotFound | VideoNotReady(_) | KeyNotFound
+            | ResponseNotFound(_) => 404,
             MethodNotAllowed => 405,
             HeaderTimeout | BodyTimeout => 408,
             BodyTooLarge(_) => 413,
@@ -222,6 +227,8 @@ impl GatewayError {
             NotFound => "not_found",
             ModelNotFound(_) => "model_not_found",
             TaskNotFound => "task_not_found",
+            ResponseNotFound(_) => "not_found",
+            PreviousResponseNotFound(_) => "previous_response_not_found",
             VideoNotReady(_) => "video_not_ready",
             KeyNotFound => "key_not_found",
             MethodNotAllowed => "method_not_allowed",
@@ -249,6 +256,7 @@ impl GatewayError {
             | GatewayError::ModelNotPriced(_)
             | GatewayError::ModelNotFound(_) => Some("model"),
             GatewayError::LimitReached(l) => Some(l.param()),
+            GatewayError::PreviousResponseNotFound(_) => Some("previous_response_id"),
             GatewayError::Upstream(UpstreamFailure::ContentFilter) => Some("prompt"),
             _ => None,
         }
@@ -279,6 +287,10 @@ impl GatewayError {
             NotFound => "Unknown path.".into(),
             ModelNotFound(m) => format!("The model `{m}` does not exist or is not served."),
             TaskNotFound => "Task not found.".into(),
+            ResponseNotFound(id) => format!("Response with id '{id}' not found."),
+            PreviousResponseNotFound(id) => {
+                format!("Previous response with id '{id}' not found.")
+            }
             VideoNotReady(status) => {
                 format!("The video is not available: the task is {status}.")
             }

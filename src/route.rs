@@ -10,6 +10,8 @@ use crate::video::{Shape, VideoRoute};
 use http::Method;
 use table::{Endpoint, Lookup, Param, Verb, GET, POST, READ};
 
+const DELETE: &[Verb] = &[Verb::Delete];
+
 pub mod table;
 
 /// A served endpoint: the request is authenticated, then handled.
@@ -29,6 +31,16 @@ pub enum Route {
     UsageToken,
     LogToken,
     Relay(Relay),
+    /// A response the gateway stored (spec 4.4): read, deleted, or its input items listed.
+    StoredResponse(Stored),
+}
+
+/// What is done with a stored response, by its id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored {
+    Get(String),
+    Delete(String),
+    InputItems(String),
 }
 
 /// A request the table turns away, before authentication.
@@ -145,6 +157,16 @@ pub static ENDPOINTS: &[Endpoint<Make>] = &[
             ..relay(Protocol::Responses)
         }))
     }),
+    // spec 4.4: responses the gateway stored (after `compact`, a POST of its own).
+    row(READ, "/v1/responses/{response_id}", |id| {
+        stored(Stored::Get(id.to_string()))
+    }),
+    row(DELETE, "/v1/responses/{response_id}", |id| {
+        stored(Stored::Delete(id.to_string()))
+    }),
+    row(READ, "/v1/responses/{response_id}/input_items", |id| {
+        stored(Stored::InputItems(id.to_string()))
+    }),
     row(POST, "/v1/images/generations", |_| {
         media(Media::ImageGeneration)
     }),
@@ -207,6 +229,10 @@ pub static ENDPOINTS: &[Endpoint<Make>] = &[
     row(GET, "/v1/files/{file_id}/content", not_implemented),
 ];
 
+fn stored(s: Stored) -> Result<Route, Refused> {
+    Ok(Route::StoredResponse(s))
+}
+
 fn media(m: Media) -> Result<Route, Refused> {
     Ok(Route::Media(m))
 }
@@ -262,6 +288,7 @@ impl Route {
             Route::Models | Route::GeminiModels | Route::GeminiModel(_) => "models",
             Route::UsageToken => "usage",
             Route::LogToken => "log",
+            Route::StoredResponse(_) => "responses_stored",
         }
     }
 }

@@ -3,6 +3,7 @@
 //! `/healthz` and `/readyz` ([`super::ops`]) and the console's page at `/console`.
 //!
 //! - `POST/GET /admin/keys`, `GET/PATCH/DELETE /admin/keys/{id}`: keys ([`super::keys`]);
+//! - `DELETE /admin/keys/{id}/responses`: the responses a key stored;
 //! - `GET /admin/usage`, `GET /admin/usage/{request_id}`: usage records ([`super::records`]);
 //! - `GET /admin/spend`: spend in time buckets ([`super::spend`]);
 //! - `GET /admin/catalog`: channels and prices from the configuration ([`super::catalog`]);
@@ -105,6 +106,14 @@ impl AdminApp {
                     serde_json::json!({"id": id, "object": "api_key", "deleted": true}),
                 ))
             }
+            KeyResponsesDelete => {
+                keys::show(store, &id).await?;
+                let deleted = keys::delete_responses(store, &id).await?;
+                Ok((
+                    200,
+                    serde_json::json!({"key_id": id, "object": "stored_responses", "deleted": deleted}),
+                ))
+            }
             GroupCreate => {
                 let input = GroupInput::from_json(&read_body(s).await?)?;
                 Ok((201, groups::view(&groups::create(store, &input).await?)))
@@ -187,6 +196,7 @@ pub enum AdminRoute {
     KeyShow,
     KeyUpdate,
     KeyRevoke,
+    KeyResponsesDelete,
     GroupCreate,
     GroupList,
     GroupShow,
@@ -219,6 +229,7 @@ pub static ROUTES: &[Endpoint<AdminRoute>] = {
         Endpoint::new(READ, "/admin/keys/{id}", KeyShow),
         Endpoint::new(PATCH, "/admin/keys/{id}", KeyUpdate),
         Endpoint::new(DELETE, "/admin/keys/{id}", KeyRevoke),
+        Endpoint::new(DELETE, "/admin/keys/{id}/responses", KeyResponsesDelete),
         Endpoint::new(POST, "/admin/groups", GroupCreate),
         Endpoint::new(READ, "/admin/groups", GroupList),
         Endpoint::new(READ, "/admin/groups/{id}", GroupShow),

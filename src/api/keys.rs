@@ -208,11 +208,20 @@ pub async fn update(
         .ok_or(GatewayError::KeyNotFound)
 }
 
+/// Deletes a key and, with it, the responses it stored.
 pub async fn revoke(store: &dyn Store, id: &str) -> Result<(), GatewayError> {
-    if store.delete_key(id).await? {
-        Ok(())
-    } else {
-        Err(GatewayError::KeyNotFound)
+    if !store.delete_key(id).await? {
+        return Err(GatewayError::KeyNotFound);
+    }
+    delete_responses(store, id).await?;
+    Ok(())
+}
+
+/// Deletes the responses a key stored (`previous_response_id`'s conversations); how many.
+pub async fn delete_responses(store: &dyn Store, id: &str) -> Result<u64, GatewayError> {
+    match store.responses() {
+        Some(rs) => Ok(rs.delete_key_responses(id).await?),
+        None => Ok(0),
     }
 }
 

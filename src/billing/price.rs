@@ -130,6 +130,8 @@ pub struct Price {
     /// Longer prompts' rates, by ascending threshold.
     pub tiers: Vec<Tier>,
     pub max_output_tokens: u64,
+    /// The model's context window in tokens, when configured.
+    pub context_window: Option<u64>,
     /// Whether `input` / `output` were configured (an unpriced unit is not free: the
     /// endpoints that need it refuse the model).
     pub input_priced: bool,
@@ -214,6 +216,7 @@ impl Price {
             rates,
             tiers,
             max_output_tokens: p.max_output_tokens.unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
+            context_window: p.context_window,
             input_priced: base.input.is_some(),
             output_priced: base.output.is_some(),
             per_web_search_pico: per_web_search_pico.unwrap_or(0),
@@ -282,6 +285,11 @@ impl Price {
         p.per_minute_micros = p.per_minute_micros.max(other.per_minute_micros);
         p.per_second_micros = p.per_second_micros.max(other.per_second_micros);
         p.max_output_tokens = p.max_output_tokens.max(other.max_output_tokens);
+        // The smallest window any of them has: the conversation must fit whichever answers.
+        p.context_window = match (p.context_window, other.context_window) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
         p
     }
 

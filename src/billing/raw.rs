@@ -74,6 +74,9 @@ rate_fields! {
     pub struct RawPrice {
         /// Output tokens reserved when a request names no limit of its own.
         pub max_output_tokens: Option<u64>,
+        /// The model's context window in tokens: what a chained responses request's
+        /// `truncation` fits the conversation to.
+        pub context_window: Option<u64>,
         /// Rates for prompts longer than a threshold, for input and output alike.
         #[serde(default)]
         pub tiers: Vec<RawTier>,

@@ -254,6 +254,34 @@ pub struct Config {
     pub tls: Option<crate::tls::TlsConfig>,
     /// Balancers trusted to send a PROXY header; empty: the PROXY protocol is off.
     pub proxy_protocol: Vec<IpNet>,
+    /// Stored responses (see [`raw::RawResponses`]).
+    pub responses: ResponsesConfig,
+}
+
+/// Stored responses (see [`raw::RawResponses`]).
+#[derive(Debug, Clone)]
+pub struct ResponsesConfig {
+    pub store: bool,
+    pub expire_after_secs: u64,
+    pub max_chain_depth: usize,
+    pub max_stored_bytes_per_key: u64,
+}
+
+impl ResponsesConfig {
+    fn from_raw(r: &raw::RawResponses) -> Result<ResponsesConfig, ConfigError> {
+        if r.expire_after_secs == 0 {
+            return Err(err("responses.expire_after_secs", "must be at least 1"));
+        }
+        if r.max_chain_depth < 2 {
+            return Err(err("responses.max_chain_depth", "must be at least 2"));
+        }
+        Ok(ResponsesConfig {
+            store: r.store,
+            expire_after_secs: r.expire_after_secs,
+            max_chain_depth: r.max_chain_depth,
+            max_stored_bytes_per_key: r.max_stored_bytes_per_key,
+        })
+    }
 }
 
 impl Config {
@@ -323,6 +351,7 @@ impl Config {
         let video = VideoConfig::from_raw(raw.video)?;
         let log_format = sections::log_format(raw.log.format.as_deref())?;
         let telemetry = Telemetry::from_raw(raw.telemetry)?;
+        let responses = ResponsesConfig::from_raw(&raw.responses)?;
         sections::check_time_zone(&raw.limits.time_zone)?;
         if raw.upgrade_sock.trim().is_empty() {
             return Err(err("upgrade_sock", "must not be empty"));
@@ -371,6 +400,7 @@ impl Config {
             source: None,
             tls,
             proxy_protocol,
+            responses,
         })
     }
 

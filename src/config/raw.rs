@@ -53,6 +53,9 @@ pub struct RawConfig {
     pub tls: Option<RawTls>,
     /// The PROXY protocol (v1, v2) on the client listener, from these balancers only.
     pub proxy_protocol: Option<RawProxyProtocol>,
+    /// Responses stored for `previous_response_id` (spec 4.4).
+    #[serde(default)]
+    pub responses: RawResponses,
 }
 
 /// A listener's TLS: `tls` (the client listener) or `admin.tls`.
@@ -85,6 +88,53 @@ pub struct RawProxyProtocol {
     /// Addresses or CIDRs of the balancers allowed to send a PROXY header; a header from
     /// any other address closes the connection.
     pub trusted: Vec<String>,
+}
+
+/// Stored responses: whether the gateway keeps them, for how long, and how much.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawResponses {
+    /// Store responses (unless the request says `store: false`) and serve
+    /// `previous_response_id` from them on every channel.
+    #[serde(default = "default_true")]
+    pub store: bool,
+    /// A stored response is deleted this long after it was made.
+    #[serde(default = "default_responses_expiry")]
+    pub expire_after_secs: u64,
+    /// Most responses in one chain (the new one included).
+    #[serde(default = "default_chain_depth")]
+    pub max_chain_depth: usize,
+    /// Most bytes of live stored responses per key; a request that would store more is
+    /// refused until some expire or are deleted.
+    #[serde(default = "default_stored_bytes")]
+    pub max_stored_bytes_per_key: u64,
+}
+
+impl Default for RawResponses {
+    fn default() -> Self {
+        RawResponses {
+            store: true,
+            expire_after_secs: default_responses_expiry(),
+            max_chain_depth: default_chain_depth(),
+            max_stored_bytes_per_key: default_stored_bytes(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_responses_expiry() -> u64 {
+    30 * 86_400
+}
+
+fn default_chain_depth() -> usize {
+    100
+}
+
+fn default_stored_bytes() -> u64 {
+    256 * 1024 * 1024
 }
 
 fn default_upgrade_sock() -> String {

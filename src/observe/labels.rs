@@ -9,6 +9,7 @@ pub const ROUTES: &[&str] = &[
     "generate_content",
     "responses",
     "responses_compact",
+    "responses_stored",
     "images_generations",
     "images_edits",
     "audio_speech",

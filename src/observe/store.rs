@@ -300,6 +300,10 @@ impl Store for Metered {
         self.inner.usage_query()
     }
 
+    fn responses(&self) -> Option<&dyn crate::store::responses::ResponseStore> {
+        self.inner.responses()
+    }
+
     async fn close(&self) -> StoreResult<()> {
         self.inner.close().await
     }

@@ -445,7 +445,9 @@ pub fn translate_response(
             Protocol::Chat => chat::passthrough_response(body, ctx.client_model),
             Protocol::Messages => messages::passthrough_response(body, ctx.client_model),
             Protocol::Gemini => gemini::passthrough_response(body, ctx.client_model),
-            Protocol::Responses => responses::passthrough_response(body, ctx.client_model),
+            Protocol::Responses => {
+                responses::passthrough_response(body, ctx.client_model, ctx.request_id)
+            }
             Protocol::Converse => Err(TranslateError::Shape("not a client protocol")),
         };
     }

@@ -187,6 +187,15 @@ async fn dispatch(
             Box::pin(realtime::relay(gw, session, ctx, &key, query)).await
         }
         Route::Video(v) => Box::pin(video::service::handle(gw, session, ctx, &key, v, query)).await,
+        Route::StoredResponse(s) => {
+            use crate::relay::stored;
+            use crate::route::Stored;
+            match s {
+                Stored::Get(id) => stored::retrieve(gw, &key, id).await,
+                Stored::Delete(id) => stored::delete(gw, &key, id).await,
+                Stored::InputItems(id) => stored::input_items(gw, &key, id, query).await,
+            }
+        }
     }
 }
 

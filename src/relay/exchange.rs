@@ -261,6 +261,10 @@ async fn deliver<M: Meter + 'static>(
             let bill = meter.bill();
             let charged = settle(ctx, &mut guard, cost, bill, 200).await;
             ctx.charged = Some((charged, cost.estimated));
+            // Stored before the answer leaves: the client may chain on it at once.
+            if let Some(kept) = meter.kept() {
+                super::stored::keep(gw, ctx, kept).await;
+            }
             Ok(Answer::Full {
                 status: 200,
                 content_type,
@@ -404,6 +408,9 @@ impl<M: Meter + 'static> LiveAnswer for Streaming<M> {
         let cost = meter.cost();
         let bill = meter.bill();
         Box::pin(settle(ctx, &mut guard, cost, bill, ctx.status)).await;
+        if let Some(kept) = meter.kept() {
+            Box::pin(super::stored::keep(gw, ctx, kept)).await;
+        }
         if client_ok {
             if !out.is_empty() {
                 client_ok = write(session, Bytes::from(out)).await;

@@ -125,6 +125,11 @@ pub trait Meter: Send {
     fn refusal(&mut self) -> Option<(Bytes, String)> {
         None
     }
+
+    /// The response to store for `previous_response_id` (asked once, after settling).
+    fn kept(&mut self) -> Option<super::stored::Kept> {
+        None
+    }
 }
 
 /// Output tokens a piece of delivered output can hold at most: every tokenizer the

@@ -5,13 +5,15 @@
 //!
 //! Order of checks (each fails before anything later happens): body size (413) →
 //! syntax and required fields (400) → model whitelist (403) → model served (404) →
-//! model priced (403) → inputs a capped key cannot use (400) → reservation (403 when
-//! the quota cannot cover it).
+//! model priced (403) → a chained conversation that cannot be read or does not fit
+//! (400, [`stored`]) → inputs a capped key cannot use (400) → reservation (403 when the
+//! quota cannot cover it).
 
 pub(crate) mod body;
 pub mod exchange;
 pub mod media;
 pub mod meter;
+pub mod stored;
 pub mod tokens;
 mod unmeasured;
 pub(crate) mod upstream;
@@ -55,7 +57,7 @@ pub async fn handle(
         ));
     }
     let raw = body::read(session, &gw.config.limits).await?;
-    let parsed = Body::parse(route.protocol, &raw)?;
+    let mut parsed = Body::parse(route.protocol, &raw)?;
     let model = match &route.path_model {
         Some(m) => m.clone(),
         None => parsed
@@ -89,14 +91,18 @@ pub async fn handle(
         .price_over(&model, &candidates)
         .filter(|p| p.per_token())
         .ok_or_else(|| GatewayError::ModelNotPriced(model.clone()))?;
-    unmeasured::check(&raw, key.rec.quota_limit.is_some())?;
+    // A chained responses request goes on as the whole conversation, measured as such.
+    let prepared = stored::prepare(gw, key, route, &mut parsed, &price).await?;
+    let raw: &[u8] = prepared.body.as_deref().unwrap_or(&raw);
+    unmeasured::check(raw, key.rec.quota_limit.is_some())?;
     let asked = Asked {
         model,
         stream,
         client_sse: client_sse(session),
     };
-    let request =
-        TokenRequest::new(route, asked, &raw, parsed, price).with_channel_prices(gw.config.clone());
+    let request = TokenRequest::new(route, asked, raw, parsed, price)
+        .with_channel_prices(gw.config.clone())
+        .keeping(prepared.keep);
     let headers = session.req_header().headers.clone();
     exchange::run(gw, ctx, key, &headers, &candidates, request).await
 }

@@ -3,6 +3,7 @@
 //! ([`TokenMeter`]: translation back to the client's protocol, usage, cost).
 
 use super::meter::{self, Account, Bounds, Call, Cost, Delivery, Meter, Request};
+use super::stored::{Keep, Kept};
 use super::Relay;
 use crate::billing::{input_token_bound, Bill, Price, MIN_OUTPUT_TOKENS};
 use crate::channels::Channel;
@@ -97,6 +98,8 @@ pub struct TokenRequest<'a> {
     /// for the usage chunk.
     upstream: Protocol,
     client_wants_usage: bool,
+    /// The answer is stored for `previous_response_id` ([`super::stored`]).
+    keep: Option<Keep>,
 }
 
 impl<'a> TokenRequest<'a> {
@@ -133,7 +136,14 @@ impl<'a> TokenRequest<'a> {
             billed_at: None,
             upstream: route.protocol,
             client_wants_usage: false,
+            keep: None,
         }
+    }
+
+    /// Stores the answer as `keep` says.
+    pub fn keeping(mut self, keep: Option<Keep>) -> Self {
+        self.keep = keep;
+        self
     }
 
     /// Bills each channel at its own price (`config.channel_prices`).
@@ -256,6 +266,8 @@ impl Request for TokenRequest<'_> {
             translator: None,
             reported: Usage::default(),
             delivered: 0,
+            keep: self.keep,
+            kept: None,
         }
     }
 }
@@ -281,6 +293,19 @@ pub struct TokenMeter {
     /// Bytes of output delivered: the generated text of a stream, the whole body of a
     /// whole answer (the count an unreported usage is billed by).
     delivered: u64,
+    /// What to store once the answer is whole, and then the response to store.
+    keep: Option<Keep>,
+    kept: Option<Kept>,
+}
+
+impl TokenMeter {
+    /// The answer is whole: `response` (the object the client gets) is made ready to store.
+    fn keep_answer(&mut self, response: Option<Value>) {
+        if let (Some(keep), Some(r)) = (self.keep.take(), response) {
+            let native = self.upstream == Protocol::Responses;
+            self.kept = keep.record(r, &self.cost().usage, native);
+        }
+    }
 }
 
 impl Meter for TokenMeter {
@@ -332,6 +357,9 @@ impl Meter for TokenMeter {
         self.reported = usage;
         // Without a usage report, the whole upstream answer bounds the output.
         self.delivered = body.len() as u64;
+        if self.keep.is_some() && !self.compact {
+            self.keep_answer(serde_json::from_slice(&out).ok());
+        }
         Ok((Bytes::from(out), "application/json".into()))
     }
 
@@ -349,6 +377,15 @@ impl Meter for TokenMeter {
             self.delivered = tr.delivered_bytes();
             self.reported = tr.usage();
         }
+        if self.keep.is_some() && error.is_none() {
+            // The closing events are the last ones written: the final response is read
+            // from them once, not gathered along the stream.
+            self.keep_answer(protocol::responses::state::final_response(out));
+        }
+    }
+
+    fn kept(&mut self) -> Option<Kept> {
+        self.kept.take()
     }
 
     fn cost(&self) -> Cost {

@@ -8,7 +8,8 @@ use serde_json::Value;
 
 /// Member names that refer to content held elsewhere, anywhere in the body.
 const BY_REFERENCE: &[&str] = &[
-    // responses: the conversation so far, stored by the provider
+    // responses: the conversation so far, stored by the provider (with the gateway's own
+    // storage on, the relay has replaced it by the conversation itself before this check)
     "previous_response_id",
     // chat, responses, messages: uploaded files
     "file_id",

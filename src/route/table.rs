@@ -131,12 +131,20 @@ pub fn find<'t, 'p, T>(
     };
     let verb = Verb::of(method);
     let mut path_seen = false;
+    // A path a row names literally (`/v1/responses/compact`) is that row's alone: a
+    // template matching it too (`/v1/responses/{response_id}`) is not tried.
+    let mut literal_seen = false;
     for row in table {
+        let templated = row.path.contains('{');
+        if literal_seen && templated {
+            continue;
+        }
         if let Some(param) = row.matches(path) {
             if verb.is_some_and(|v| row.methods.contains(&v)) {
                 return Lookup::Found(row, param);
             }
             path_seen = true;
+            literal_seen |= !templated;
         }
     }
     if path_seen {
@@ -193,7 +201,7 @@ mod tests {
     }
 
     #[test]
-    fn the_first_row_with_path_and_method_wins() {
+    fn the_first_row_with_path_and_method_wins_and_a_literal_path_shadows_templates() {
         let t = [
             Endpoint::new(POST, "/v1/r/compact", 1),
             Endpoint::new(GET, "/v1/r/{id}", 2),
@@ -201,8 +209,12 @@ mod tests {
         assert!(
             matches!(find(&t, &Method::POST, "/v1/r/compact"), Lookup::Found(r, "") if r.target == 1)
         );
+        assert!(matches!(
+            find(&t, &Method::GET, "/v1/r/compact"),
+            Lookup::WrongMethod
+        ));
         assert!(
-            matches!(find(&t, &Method::GET, "/v1/r/compact"), Lookup::Found(r, "compact") if r.target == 2)
+            matches!(find(&t, &Method::GET, "/v1/r/resp_1"), Lookup::Found(r, "resp_1") if r.target == 2)
         );
         assert!(matches!(
             find(&t, &Method::PUT, "/v1/r/compact"),

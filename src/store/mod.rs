@@ -15,6 +15,7 @@ pub mod embedded;
 pub mod policy;
 mod recent;
 pub mod redis;
+pub mod responses;
 pub mod tasks;
 pub mod usage_query;
 
@@ -500,6 +501,11 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
     /// The backend's own usage queries (filters, lookup by request id, spend buckets), if
     /// it has them; [`usage_query::Reader`] falls back to a scan over the methods above.
     fn usage_query(&self) -> Option<&dyn usage_query::UsageQuery> {
+        None
+    }
+
+    /// Where responses are stored for `previous_response_id`, if this backend keeps them.
+    fn responses(&self) -> Option<&dyn responses::ResponseStore> {
         None
     }
 

@@ -75,6 +75,7 @@ mod ratelimit_headers;
 mod realtime;
 mod reconcile;
 mod redis_policy;
+mod responses_state;
 mod sdk;
 mod stores;
 mod stream_pace;

@@ -6,11 +6,13 @@
 //! - `request`: a request → [`ir::Request`](super::ir::Request) for other upstreams;
 //! - `response`: [`ir::Response`](super::ir::Response) → response / compaction objects;
 //! - `stream`: [`ir::Event`](super::ir::Event)s → the Responses event stream;
-//! - `passthrough`: native Responses API channels.
+//! - `passthrough`: native Responses API channels;
+//! - `state`: conversations the gateway stores (`previous_response_id`).
 
 mod passthrough;
 mod request;
 mod response;
+pub mod state;
 mod stream;
 mod validate;
 pub mod wire;

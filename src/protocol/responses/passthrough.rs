@@ -31,10 +31,12 @@ pub(super) fn usage_of(u: &Value) -> Usage {
     ResponseUsage::deserialize(u).map_or_else(|_| Usage::default(), |u| u.to_usage())
 }
 
-/// A whole response (or compaction) object, shown with the client's model name.
+/// A whole response (or compaction) object, shown with the client's model name and, for
+/// a response, the gateway's own id (`resp_` and the request id).
 pub fn passthrough_response(
     body: &[u8],
     client_model: &str,
+    request_id: &str,
 ) -> Result<(Vec<u8>, Usage), TranslateError> {
     let mut v = crate::protocol::answer_object(body)?;
     let obj = v
@@ -51,6 +53,9 @@ pub fn passthrough_response(
     if obj.contains_key("model") {
         obj.insert("model".into(), Value::String(client_model.to_string()));
     }
+    if obj.get("object").and_then(Value::as_str) == Some("response") {
+        obj.insert("id".into(), Value::String(format!("resp_{request_id}")));
+    }
     Ok((serde_json::to_vec(&v)?, usage))
 }
 
@@ -63,6 +68,7 @@ pub fn passthrough_stream(ctx: StreamContext) -> Box<dyn StreamTranslator> {
         delivered: 0,
         ended: false,
         next_seq: 0,
+        held: Vec::new(),
     })
 }
 
@@ -85,6 +91,9 @@ struct Passthrough {
     /// The sequence number our own closing `error` event takes, so the client's
     /// sequence stays increasing.
     next_seq: u64,
+    /// The terminal event, sent when the upstream's body ends ([`StreamTranslator::finish`]):
+    /// the response is settled and stored before the client reads that it is complete.
+    held: Vec<u8>,
 }
 
 impl Passthrough {
@@ -172,11 +181,18 @@ impl Passthrough {
                 if r.contains_key("model") {
                     r.insert("model".into(), Value::String(self.ctx.client_model.clone()));
                 }
+                // The gateway's own id, never the upstream's.
+                r.insert(
+                    "id".into(),
+                    Value::String(format!("resp_{}", self.ctx.request_id)),
+                );
                 data = v.to_string();
             }
-            sse::write_event(out, kind.as_deref(), &data);
             if terminal {
+                sse::write_event(&mut self.held, kind.as_deref(), &data);
                 self.ended = true;
+            } else {
+                sse::write_event(out, kind.as_deref(), &data);
             }
         }
     }
@@ -191,6 +207,7 @@ impl StreamTranslator for Passthrough {
     fn finish(&mut self, error: Option<&str>, out: &mut Vec<u8>) {
         self.decoder.flush(&mut self.events);
         self.emit(out);
+        out.append(&mut self.held);
         let message = error.map(str::to_string).unwrap_or_else(|| {
             format!(
                 "The upstream provider ended the stream before it was complete. (request id: {})",

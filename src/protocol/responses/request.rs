@@ -92,8 +92,9 @@ pub fn compact_to_ir(body: Value) -> Result<ir::Request, Invalid> {
     Ok(req)
 }
 
-/// Fields that only make sense against stored server-side state, which the gateway does
-/// not keep.
+/// Fields that only make sense against stored server-side state the gateway does not
+/// keep (`previous_response_id` is replaced by the conversation it names before this,
+/// unless the operator turned storage off).
 fn refuse_server_state(obj: &Map<String, Value>) -> Result<(), Invalid> {
     let native = "it needs a channel that serves the Responses API natively.";
     if obj
@@ -102,7 +103,7 @@ fn refuse_server_state(obj: &Map<String, Value>) -> Result<(), Invalid> {
     {
         return Err(invalid(
             "previous_response_id",
-            format!("`previous_response_id` is not supported for this model: the gateway keeps no response state; {native}"),
+            format!("`previous_response_id` is not supported for this model: response storage is turned off on this gateway; {native}"),
         ));
     }
     if obj.get("conversation").is_some_and(|v| !v.is_null()) {

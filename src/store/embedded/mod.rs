@@ -47,6 +47,7 @@ mod journal;
 mod ledger;
 mod mapped;
 mod readers;
+mod responses;
 mod sql;
 mod tasks;
 mod usage;
@@ -708,6 +709,10 @@ impl Store for EmbeddedStore {
     }
 
     fn usage_query(&self) -> Option<&dyn super::usage_query::UsageQuery> {
+        Some(self)
+    }
+
+    fn responses(&self) -> Option<&dyn super::responses::ResponseStore> {
         Some(self)
     }
 }

@@ -41,6 +41,12 @@ CREATE TABLE IF NOT EXISTS period_spend (
     used INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (scope, label)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS period_spend_end ON period_spend(period_end);
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY, key_id TEXT NOT NULL, expires_at INTEGER NOT NULL,
+    bytes INTEGER NOT NULL, record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS responses_key ON responses(key_id, expires_at);
+CREATE INDEX IF NOT EXISTS responses_expiry ON responses(expires_at);
 CREATE TABLE IF NOT EXISTS journal_applied (
     id INTEGER PRIMARY KEY CHECK (id = 0), seq INTEGER NOT NULL
 );

@@ -57,6 +57,7 @@ mod hashes;
 mod lease;
 mod rate;
 mod records;
+mod responses;
 mod scopes;
 mod scripts;
 mod sync;
@@ -711,6 +712,10 @@ impl Store for RedisStore {
     }
 
     fn usage_query(&self) -> Option<&dyn super::usage_query::UsageQuery> {
+        Some(self)
+    }
+
+    fn responses(&self) -> Option<&dyn super::responses::ResponseStore> {
         Some(self)
     }
 

@@ -60,10 +60,12 @@ const RESPONSE: &str = r#"{
 
 #[test]
 fn a_whole_response_keeps_everything_but_the_model_and_reports_usage() {
-    let (out, usage) = passthrough_response(RESPONSE.as_bytes(), "my-model").unwrap();
+    let (out, usage) = passthrough_response(RESPONSE.as_bytes(), "my-model", "r").unwrap();
     let v: Value = serde_json::from_slice(&out).unwrap();
     let mut want: Value = serde_json::from_str(RESPONSE).unwrap();
     want["model"] = "my-model".into();
+    // The gateway's own id, never the upstream's.
+    want["id"] = "resp_r".into();
     assert_eq!(v, want);
     assert_eq!(
         usage,
@@ -87,7 +89,7 @@ fn compaction_answers_and_chat_style_usage_pass_too() {
                   "prompt_tokens_details": {"cached_tokens": 100},
                   "completion_tokens_details": {"reasoning_tokens": 10}}
     });
-    let (out, usage) = passthrough_response(body.to_string().as_bytes(), "my-model").unwrap();
+    let (out, usage) = passthrough_response(body.to_string().as_bytes(), "my-model", "r").unwrap();
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(v, body, "no model field: none added");
     assert_eq!(usage.input_tokens, 900);
@@ -102,9 +104,9 @@ fn compaction_answers_and_chat_style_usage_pass_too() {
         (u.cached_input_tokens, u.cache_creation_input_tokens),
         (100, 300)
     );
-    assert!(passthrough_response(b"not json", "m").is_err());
-    assert!(passthrough_response(b"[1]", "m").is_err());
-    assert!(passthrough_response(b"{\"error\": {}}", "m").is_err());
+    assert!(passthrough_response(b"not json", "m", "r").is_err());
+    assert!(passthrough_response(b"[1]", "m", "r").is_err());
+    assert!(passthrough_response(b"{\"error\": {}}", "m", "r").is_err());
 }
 
 /// A gpt-5 stream as the Responses API sends it (abridged ids), with a function call.

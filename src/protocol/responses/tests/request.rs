@@ -295,11 +295,7 @@ fn what_needs_a_native_channel_is_a_400_naming_the_field() {
         Some("previous_response_id".into())
     );
     let e = to_ir(base(json!({"previous_response_id": "resp_abc"}))).unwrap_err();
-    assert!(
-        e.message.contains("keeps no response state"),
-        "{}",
-        e.message
-    );
+    assert!(e.message.contains("storage is turned off"), "{}", e.message);
     assert!(e.message.contains("natively"), "{}", e.message);
     assert_eq!(
         param(base(json!({"tools": [

@@ -71,7 +71,7 @@ fn relay(ctx: StreamContext, pieces: Vec<&[u8]>) -> (String, Usage) {
 #[test]
 fn every_path_reads_every_usage_detail() {
     let body = response("completed");
-    let (_, whole) = passthrough_response(body.as_bytes(), "m").unwrap();
+    let (_, whole) = passthrough_response(body.as_bytes(), "m", "r").unwrap();
     assert_eq!(whole, reported());
     let input = stream("response.completed");
     for seed in 0..6 {
