@@ -127,7 +127,7 @@ pub trait Meter: Send {
     }
 
     /// The response to store for `previous_response_id` (asked once, after settling).
-    fn kept(&mut self) -> Option<super::stored::Kept> {
+    fn kept(&mut self) -> Option<super::kept::Kept> {
         None
     }
 }

@@ -13,6 +13,7 @@
 //! Stored conversations are the tenants' data: none of it is logged, and another key's
 //! id is answered exactly like an unknown one.
 
+use super::kept::{Keep, Kept};
 use super::tokens::Body;
 use super::Relay;
 use crate::auth::AuthKey;
@@ -20,57 +21,10 @@ use crate::billing::Price;
 use crate::errors::GatewayError;
 use crate::gateway::Gateway;
 use crate::protocol::responses::state::{self, ListQuery, Turn};
-use crate::protocol::{Protocol, Usage};
+use crate::protocol::Protocol;
 use crate::request::{Answer, Ctx};
 use crate::store::responses::{ResponseStore, StoredResponse};
 use serde_json::{Map, Value};
-
-/// What a request that will be stored carries to the end of its answer.
-pub struct Keep {
-    key_id: String,
-    chain: Vec<String>,
-    input: Vec<Value>,
-    previous: Option<String>,
-    ttl_secs: u64,
-}
-
-impl Keep {
-    /// The record of the answer: `response` is the object the client received, `usage`
-    /// what was settled, `native`: a Responses API upstream wrote it.
-    pub fn record(self, mut response: Value, usage: &Usage, native: bool) -> Option<Kept> {
-        let obj = response.as_object_mut()?;
-        if obj.get("object").and_then(Value::as_str) != Some("response") {
-            return None;
-        }
-        let id = obj.get("id").and_then(Value::as_str)?.to_string();
-        if let Some(prev) = &self.previous {
-            obj.insert("previous_response_id".into(), prev.clone().into());
-        }
-        obj.insert("store".into(), true.into());
-        Some(Kept {
-            response: StoredResponse {
-                id,
-                key_id: self.key_id,
-                created_at: obj
-                    .get("created_at")
-                    .and_then(Value::as_i64)
-                    .unwrap_or_else(crate::ids::now_secs),
-                chain: self.chain,
-                input: self.input,
-                response,
-                tokens: usage.input_tokens.saturating_add(usage.output_tokens),
-                native,
-            },
-            ttl_secs: self.ttl_secs,
-        })
-    }
-}
-
-/// A response ready to be stored.
-pub struct Kept {
-    response: StoredResponse,
-    ttl_secs: u64,
-}
 
 /// The response store, when storage is on and the backend keeps responses.
 fn store(gw: &Gateway) -> Option<&dyn ResponseStore> {

@@ -2,8 +2,8 @@
 //! ([`TokenRequest`]: worst case, output limit, the body per channel) and the answer side
 //! ([`TokenMeter`]: translation back to the client's protocol, usage, cost).
 
+use super::kept::{Keep, Kept};
 use super::meter::{self, Account, Bounds, Call, Cost, Delivery, Meter, Request};
-use super::stored::{Keep, Kept};
 use super::Relay;
 use crate::billing::{input_token_bound, Bill, Price, MIN_OUTPUT_TOKENS};
 use crate::channels::Channel;
