@@ -422,6 +422,12 @@ pub(crate) fn config_err(path: impl Into<String>, message: impl Into<String>) ->
     err(path, message)
 }
 
+impl From<crate::tls::TlsError> for ConfigError {
+    fn from(e: crate::tls::TlsError) -> ConfigError {
+        err(e.field, e.message)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,6 +5,7 @@ pub use crate::billing::raw::RawPrice;
 use crate::channels::raw::RawCircuit;
 use crate::channels::RawChannel;
 use crate::redact::{self, Hidden};
+pub use crate::tls::{RawCertificate, RawTls};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -56,30 +57,6 @@ pub struct RawConfig {
     /// Responses stored for `previous_response_id` (spec 4.4).
     #[serde(default)]
     pub responses: RawResponses,
-}
-
-/// A listener's TLS: `tls` (the client listener) or `admin.tls`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawTls {
-    /// Certificate chains with their keys (PEM files); the first is served to clients
-    /// that send no server name (SNI) or one no certificate has.
-    pub certificates: Vec<RawCertificate>,
-    /// Offer HTTP/2 by ALPN beside HTTP/1.1 (client listener; default true).
-    pub http2: Option<bool>,
-    /// `"1.2"` (the default: TLS 1.2 and 1.3) or `"1.3"`.
-    pub min_version: Option<String>,
-    /// PEM file of the CAs whose client certificates are required (mTLS); none asked
-    /// for when absent.
-    pub client_ca: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawCertificate {
-    /// The certificate chain, leaf first.
-    pub cert: String,
-    pub key: String,
 }
 
 #[derive(Debug, Deserialize)]

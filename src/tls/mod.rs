@@ -23,11 +23,10 @@ pub mod proxy_protocol;
 
 pub use certs::CertInfo;
 
-use crate::config::raw::RawTls;
-use crate::config::{config_err, ConfigError};
 use rustls::server::WebPkiClientVerifier;
 use rustls::version::{TLS12, TLS13};
 use rustls::ServerConfig;
+use serde::Deserialize;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,6 +34,44 @@ use std::sync::Arc;
 /// ALPN identifiers (RFC 7301 registry).
 pub const ALPN_H2: &[u8] = b"h2";
 pub const ALPN_HTTP11: &[u8] = b"http/1.1";
+
+/// A listener's TLS: `tls` (the client listener) or `admin.tls`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    /// Certificate chains with their keys (PEM files); the first is served to clients
+    /// that send no server name (SNI) or one no certificate has.
+    pub certificates: Vec<RawCertificate>,
+    /// Offer HTTP/2 by ALPN beside HTTP/1.1 (client listener; default true).
+    pub http2: Option<bool>,
+    /// `"1.2"` (the default: TLS 1.2 and 1.3) or `"1.3"`.
+    pub min_version: Option<String>,
+    /// PEM file of the CAs whose client certificates are required (mTLS); none asked
+    /// for when absent.
+    pub client_ca: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCertificate {
+    /// The certificate chain, leaf first.
+    pub cert: String,
+    pub key: String,
+}
+
+/// A TLS setting that does not hold: the configuration path of the field, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsError {
+    pub field: String,
+    pub message: String,
+}
+
+fn fail(field: impl Into<String>, message: impl Into<String>) -> TlsError {
+    TlsError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
 
 /// A listener's TLS, validated: its certificate files were read and checked.
 #[derive(Clone)]
@@ -57,10 +94,10 @@ impl TlsConfig {
         at: &str,
         base: &Path,
         admin: bool,
-    ) -> Result<TlsConfig, ConfigError> {
+    ) -> Result<TlsConfig, TlsError> {
         let now = chrono::Utc::now().timestamp();
         if raw.certificates.is_empty() {
-            return Err(config_err(
+            return Err(fail(
                 format!("{at}.certificates"),
                 "must name at least one certificate (`cert` and `key` files)",
             ));
@@ -75,16 +112,15 @@ impl TlsConfig {
         };
         let mut loaded = Vec::new();
         for (i, c) in raw.certificates.iter().enumerate() {
-            let l = certs::load(&file(&c.cert), &file(&c.key), now).map_err(|e| {
-                config_err(format!("{at}.certificates[{i}].{}", e.field), e.message)
-            })?;
+            let l = certs::load(&file(&c.cert), &file(&c.key), now)
+                .map_err(|e| fail(format!("{at}.certificates[{i}].{}", e.field), e.message))?;
             loaded.push(l);
         }
         let tls13_only = match raw.min_version.as_deref() {
             None | Some("1.2") => false,
             Some("1.3") => true,
             Some(_) => {
-                return Err(config_err(
+                return Err(fail(
                     format!("{at}.min_version"),
                     "must be \"1.2\" or \"1.3\" (older versions are not offered)",
                 ))
@@ -92,7 +128,7 @@ impl TlsConfig {
         };
         let http2 = match raw.http2 {
             Some(true) if admin => {
-                return Err(config_err(
+                return Err(fail(
                     format!("{at}.http2"),
                     "the admin listener speaks HTTP/1.1 only",
                 ))
@@ -108,22 +144,22 @@ impl TlsConfig {
         let provider = certs::provider();
         let builder = ServerConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(versions)
-            .map_err(|e| config_err(format!("{at}.min_version"), e.to_string()))?;
+            .map_err(|e| fail(format!("{at}.min_version"), e.to_string()))?;
         let client_ca = raw.client_ca.as_deref().map(file);
         let builder = match &client_ca {
             None => builder.with_no_client_auth(),
             Some(path) => {
                 let roots = certs::client_roots(path)
-                    .map_err(|e| config_err(format!("{at}.client_ca"), e.message))?;
+                    .map_err(|e| fail(format!("{at}.client_ca"), e.message))?;
                 let verifier =
                     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                         .build()
-                        .map_err(|e| config_err(format!("{at}.client_ca"), e.to_string()))?;
+                        .map_err(|e| fail(format!("{at}.client_ca"), e.to_string()))?;
                 builder.with_client_cert_verifier(verifier)
             }
         };
         let Some(resolver) = certs::BySni::new(&loaded) else {
-            return Err(config_err(
+            return Err(fail(
                 format!("{at}.certificates"),
                 "must name at least one certificate",
             ));
