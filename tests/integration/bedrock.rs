@@ -500,7 +500,33 @@ async fn the_cap_holds_against_the_greedy_model_on_bedrock() {
         up.base_url()
     );
     the_cap_holds_against(&up, &channel, &["m"]).await;
-    assert!(up.asked().iter().any(|a| a.stream), "a stream reached it");
+}
+
+/// The burst above may spend the cap on unstreamed answers first; a stream alone on a
+/// fresh capped key reaches the greedy model's event-stream face and stays in the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_alone_on_a_capped_key_stays_under_the_cap_on_bedrock() {
+    use crate::protocols::Client;
+    let up = GreedyUpstream::start_as(Face::Bedrock, Behaviour::default()).await;
+    let cfg = format!(
+        "channels:\n  - {{ name: greedy, protocol: bedrock, base_url: \"{}\", region: {REGION}, api_key: {BEDROCK_API_KEY}, models: [m], model_map: {{ m: \"{MODEL_ID}\" }} }}\nprices:\n  m: {{ input: 1.0, output: 2.0 }}\n",
+        up.base_url()
+    );
+    let gw = TestGateway::start(&cfg, StoreKind::Embedded).await;
+    let cap = 50_000;
+    let (key, id) = gw.create_key(json!({"quota_usd": 0.05})).await;
+    let r = crate::azure::ask(&gw, Client::Chat, "m", true, &key, "hi")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap();
+    charged_within(&gw, &key, &id, cap, 1).await;
+    let asked = up.asked();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].stream, "{asked:?}");
+    let limit = asked[0].limit().expect("an output limit");
+    assert!(limit as i64 * 2 <= cap, "{asked:?}");
 }
 
 /// Bedrock's ValidationException and ThrottlingException reach every client protocol,
