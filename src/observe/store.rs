@@ -158,26 +158,6 @@ impl Store for Metered {
         self.time(Op::DeleteKey, self.inner.delete_key(id)).await
     }
 
-    async fn reserve_ask(
-        &self,
-        key_id: &str,
-        reservation_id: &str,
-        ask: &Ask,
-        ttl_secs: u64,
-    ) -> StoreResult<Result<Reservation, ReserveDenied>> {
-        let r = self
-            .time(
-                Op::Reserve,
-                self.inner
-                    .reserve_ask(key_id, reservation_id, ask, ttl_secs),
-            )
-            .await;
-        if let Ok(Ok(held)) = &r {
-            self.held(held, 1);
-        }
-        r
-    }
-
     async fn reserve_counted(
         &self,
         key_id: &str,

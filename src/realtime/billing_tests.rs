@@ -410,13 +410,14 @@ impl Store for Unreachable {
     async fn delete_key(&self, id: &str) -> crate::store::StoreResult<bool> {
         self.0.delete_key(id).await
     }
-    async fn reserve_ask(
+    async fn reserve_counted(
         &self,
         _: &str,
         _: &str,
         _: &crate::store::Ask,
         _: u64,
-    ) -> crate::store::StoreResult<Result<Reservation, ReserveDenied>> {
+    ) -> crate::store::StoreResult<(Result<Reservation, ReserveDenied>, crate::store::Headroom)>
+    {
         Err(crate::store::StoreError::unavailable("connection refused"))
     }
     async fn extend(&self, r: &Reservation, ttl_secs: u64) -> crate::store::StoreResult<()> {

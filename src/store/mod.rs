@@ -404,24 +404,23 @@ pub trait Store: tasks::TaskStore + Send + Sync + 'static {
         reservation_id: &str,
         ask: &Ask,
         ttl_secs: u64,
-    ) -> StoreResult<Result<Reservation, ReserveDenied>>;
+    ) -> StoreResult<Result<Reservation, ReserveDenied>> {
+        self.reserve_counted(key_id, reservation_id, ask, ttl_secs)
+            .await
+            .map(|(r, _)| r)
+    }
 
     /// [`Store::reserve_ask`], with where the key's and its group's tightest token and
     /// money limits stand as that same step counted them ([`Headroom`]: after the hold
     /// when granted, as they were when refused). Both backends count it within the
-    /// reserve itself (no second round trip); this default knows nothing of it.
+    /// reserve itself (no second round trip).
     async fn reserve_counted(
         &self,
         key_id: &str,
         reservation_id: &str,
         ask: &Ask,
         ttl_secs: u64,
-    ) -> StoreResult<(Result<Reservation, ReserveDenied>, Headroom)> {
-        let r = self
-            .reserve_ask(key_id, reservation_id, ask, ttl_secs)
-            .await?;
-        Ok((r, Headroom::default()))
-    }
+    ) -> StoreResult<(Result<Reservation, ReserveDenied>, Headroom)>;
 
     /// Pushes a held reservation's expiry to `ttl_secs` from now (never earlier than it
     /// was). Does nothing to a reservation that was settled, released or has expired.

@@ -426,14 +426,17 @@ impl Store for Spy {
     async fn delete_key(&self, id: &str) -> Res<bool> {
         self.inner.delete_key(id).await
     }
-    async fn reserve_ask(
+    async fn reserve_counted(
         &self,
         key_id: &str,
         id: &str,
         ask: &model_gateway::store::Ask,
         ttl_secs: u64,
-    ) -> Res<Result<Reservation, ReserveDenied>> {
-        self.inner.reserve_ask(key_id, id, ask, ttl_secs).await
+    ) -> Res<(
+        Result<Reservation, ReserveDenied>,
+        model_gateway::store::Headroom,
+    )> {
+        self.inner.reserve_counted(key_id, id, ask, ttl_secs).await
     }
     async fn extend(&self, r: &Reservation, ttl_secs: u64) -> Res<()> {
         self.inner.extend(r, ttl_secs).await

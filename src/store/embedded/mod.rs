@@ -524,18 +524,6 @@ impl Store for EmbeddedStore {
         .map(|(_, deleted)| deleted)
     }
 
-    async fn reserve_ask(
-        &self,
-        key_id: &str,
-        reservation_id: &str,
-        ask: &Ask,
-        ttl_secs: u64,
-    ) -> StoreResult<Result<Reservation, ReserveDenied>> {
-        self.reserve_counted(key_id, reservation_id, ask, ttl_secs)
-            .await
-            .map(|(r, _)| r)
-    }
-
     async fn reserve_counted(
         &self,
         key_id: &str,
