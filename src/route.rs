@@ -188,27 +188,27 @@ pub static ENDPOINTS: &[Endpoint<Make>] = &[
     row(GET, "/v1/realtime", |_| Ok(Route::Realtime)),
     // spec 4.8–4.16: the video task endpoints, one submission and one status per shape.
     row(POST, "/v1/videos", |_| submit(Shape::Videos)),
-    row(GET, "/v1/videos/{task_id}", |id| status(Shape::Videos, id)),
-    row(GET, "/v1/videos/{task_id}/content", |id| {
+    row(READ, "/v1/videos/{task_id}", |id| status(Shape::Videos, id)),
+    row(READ, "/v1/videos/{task_id}/content", |id| {
         Ok(Route::Video(VideoRoute::Content(id.to_string())))
     }),
     row(POST, "/video-a/v1/videos/text2video", |_| {
         submit(Shape::TextToVideo)
     }),
-    row(GET, "/video-a/v1/videos/text2video/{task_id}", |id| {
+    row(READ, "/video-a/v1/videos/text2video/{task_id}", |id| {
         status(Shape::TextToVideo, id)
     }),
     row(POST, "/video-a/v1/videos/image2video", |_| {
         submit(Shape::ImageToVideo)
     }),
-    row(GET, "/video-a/v1/videos/image2video/{task_id}", |id| {
+    row(READ, "/video-a/v1/videos/image2video/{task_id}", |id| {
         status(Shape::ImageToVideo, id)
     }),
     row(POST, "/video-b", |_| Ok(Route::Video(VideoRoute::VideoB))),
     row(POST, "/v1/video/generations", |_| {
         submit(Shape::Generations)
     }),
-    row(GET, "/v1/video/generations/{task_id}", |id| {
+    row(READ, "/v1/video/generations/{task_id}", |id| {
         status(Shape::Generations, id)
     }),
     // spec 4.23: files and fine-tunes are listed but not implemented.

@@ -195,6 +195,15 @@ impl Exchange {
             .unwrap_or("")
     }
 
+    /// The answer's `content-length`, when it declares one.
+    pub fn content_length(&self) -> Option<usize> {
+        self.http
+            .response_header()
+            .and_then(|h| h.headers.get(http::header::CONTENT_LENGTH))
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok())
+    }
+
     /// The next piece of the body as it arrives; `None` at the end.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, GatewayError> {
         self.http.read_response_body().await.map_err(|e| {

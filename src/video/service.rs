@@ -484,7 +484,7 @@ async fn content(
     Ok(Answer::Live(Box::new(Download { ex, content_type })))
 }
 
-/// A finished video, streamed from the upstream as it arrives.
+/// A finished video, streamed from the upstream as it arrives (for a HEAD, its header).
 struct Download {
     ex: Exchange,
     content_type: String,
@@ -498,14 +498,18 @@ impl LiveAnswer for Download {
             content_type,
         } = *self;
         ctx.status = 200;
-        let written = match response_header(ctx, 200, &content_type, None) {
+        // The upstream's length, when it says one, so a cut download is seen as short.
+        // A HEAD gets the GET's header and no body; the upstream's body is left unread
+        // and its connection closed.
+        let head = session.req_header().method == http::Method::HEAD;
+        let written = match response_header(ctx, 200, &content_type, ex.content_length()) {
             Some(h) => session
-                .write_response_header(Box::new(h), false)
+                .write_response_header(Box::new(h), head)
                 .await
                 .is_ok(),
             None => false,
         };
-        if written {
+        if written && !head {
             loop {
                 match ex.chunk().await {
                     Ok(Some(chunk)) => {

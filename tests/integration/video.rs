@@ -206,12 +206,19 @@ pub async fn submit_raw(
 }
 
 /// A status request in a client shape; the raw answer.
+/// The status path of a client that reads its tasks with a GET (`B` asks with a POST).
+fn status_path(client: Client, id: &str) -> Option<String> {
+    match client {
+        Client::Videos => Some(format!("/v1/videos/{id}")),
+        Client::A(kind) => Some(format!("/video-a/v1/videos/{kind}/{id}")),
+        Client::Generations => Some(format!("/v1/video/generations/{id}")),
+        Client::B => None,
+    }
+}
+
 pub async fn status_raw(gw: &TestGateway, key: &str, client: Client, id: &str) -> (u16, String) {
-    let path = match client {
-        Client::Videos => format!("/v1/videos/{id}"),
-        Client::A(kind) => format!("/video-a/v1/videos/{kind}/{id}"),
-        Client::Generations => format!("/v1/video/generations/{id}"),
-        Client::B => return post_json(gw, RESULT_B, key, &json!({"task_id": id})).await,
+    let Some(path) = status_path(client, id) else {
+        return post_json(gw, RESULT_B, key, &json!({"task_id": id})).await;
     };
     let r = gw
         .http
@@ -363,6 +370,55 @@ pub async fn check_content(gw: &TestGateway, key: &str, client: Client, id: &str
     assert!(ct.starts_with("video/mp4"), "content type {ct}");
     assert_eq!(bytes.len(), video().len(), "{url}");
     assert!(bytes == video(), "{url}: the upstream's video bytes");
+    // A HEAD answers as the GET does, without the body: the download and the status.
+    let r = gw.http.head(&url).bearer_auth(key).send().await.unwrap();
+    assert_eq!(r.status(), 200, "HEAD {url}");
+    let ct = r.headers()["content-type"].to_str().unwrap().to_string();
+    assert!(ct.starts_with("video/mp4"), "HEAD {url}: content type {ct}");
+    if let Some(len) = r.headers().get("content-length") {
+        assert_eq!(len.to_str().unwrap(), video().len().to_string(), "{url}");
+    }
+    assert!(
+        r.bytes().await.unwrap().is_empty(),
+        "HEAD {url} has no body"
+    );
+    if let Some(path) = status_path(client, id) {
+        let get = gw
+            .http
+            .get(gw.url(&path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        let get_len = get.bytes().await.unwrap().len();
+        let r = gw
+            .http
+            .head(gw.url(&path))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "HEAD {path}");
+        assert_eq!(r.headers()["content-type"], "application/json", "{path}");
+        assert_eq!(
+            r.headers()["content-length"],
+            get_len.to_string().as_str(),
+            "{path}"
+        );
+        assert!(
+            r.bytes().await.unwrap().is_empty(),
+            "HEAD {path} has no body"
+        );
+    }
+    // A task the key does not own is as unknown to a HEAD as to a GET.
+    let r = gw
+        .http
+        .head(gw.url("/v1/videos/task_unknown/content"))
+        .bearer_auth(key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
 }
 
 /// The caller's usage records.
