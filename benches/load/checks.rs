@@ -400,15 +400,16 @@ fn budget_verdicts() {
             idle(10_000, 100, 368),
             1.2 * m,
         ),
-        // Fails every line: 45 % throughput, +200 µs p50, TTFB +1.3 ms, 5 % coalesced
-        // (passthrough 0 %), 15 KiB per stream, two copies beyond the read buffer.
+        // Fails every judged line: 5 % coalesced (passthrough 0 %), 20 KiB per stream, two
+        // copies beyond the read buffer; its figures (45 % throughput, +200 µs p50, TTFB
+        // +1.3 ms) are worse too.
         result(
             "gateway (redis)",
             Kind::Gateway,
             9_000,
             open(350, 1000),
             streams(1500, 5),
-            idle(10_000, 100, 447),
+            idle(10_000, 100, 500),
             3.1 * m,
         ),
     ];
@@ -433,6 +434,7 @@ fn budget_verdicts() {
         "Throughput, small chat",
         "Throughput, streaming",
         "Added latency",
+        "time to first byte",
     ] {
         for store in ["embedded", "redis"] {
             let l = lines
@@ -445,7 +447,6 @@ fn budget_verdicts() {
     }
     for needle in [
         "CPU per request, small chat",
-        "time to first byte",
         "no coalescing",
         "Idle streams",
         "one copy",
