@@ -3,11 +3,14 @@
 //! Hand-written so that the load generator costs as little CPU as possible (requests are
 //! pre-built bytes, buffers are reused, nothing is allocated per request) and so that a
 //! body piece's arrival time is the time of the read that delivered it: a client library
-//! could buffer pieces and hide coalescing.
+//! could buffer pieces and hide coalescing. A connection may run over any stream
+//! ([`Dial`]); the parsing is the same for all.
 
+use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const BUF: usize = 64 * 1024;
@@ -294,27 +297,33 @@ impl ReadBuf {
     }
 }
 
-/// A keep-alive client connection on Tokio.
-pub struct Conn {
-    stream: TcpStream,
+/// A keep-alive client connection on Tokio, over the stream a [`Dial`] opened.
+pub struct Conn<S = TcpStream> {
+    stream: S,
     rb: ReadBuf,
 }
 
-impl Conn {
-    pub async fn connect(addr: std::net::SocketAddr) -> io::Result<Conn> {
+async fn tcp(addr: SocketAddr) -> io::Result<TcpStream> {
+    let stream = TcpStream::connect(addr).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+impl Conn<TcpStream> {
+    pub async fn connect(addr: SocketAddr) -> io::Result<Conn> {
         Conn::connect_with(addr, BUF).await
     }
 
     /// With a read buffer of `size` bytes (small for the thousands of idle streams).
-    pub async fn connect_with(addr: std::net::SocketAddr, size: usize) -> io::Result<Conn> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
+    pub async fn connect_with(addr: SocketAddr, size: usize) -> io::Result<Conn> {
         Ok(Conn {
-            stream,
+            stream: tcp(addr).await?,
             rb: ReadBuf::new(size),
         })
     }
+}
 
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// Sends a pre-built request and reads its whole response; `on` sees the head and
     /// every body piece as it is read. Returns the status.
     pub async fn exchange(&mut self, req: &[u8], mut on: impl FnMut(Part)) -> io::Result<u16> {
@@ -333,6 +342,21 @@ impl Conn {
             }
             self.rb.filled += n;
         }
+    }
+}
+
+/// Where the load generator connects, and how: a [`SocketAddr`] is plain TCP.
+pub trait Dial: Clone + Send + Sync + 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
+
+    fn dial(&self) -> impl Future<Output = io::Result<Conn<Self::Stream>>> + Send;
+}
+
+impl Dial for SocketAddr {
+    type Stream = TcpStream;
+
+    fn dial(&self) -> impl Future<Output = io::Result<Conn>> + Send {
+        Conn::connect(*self)
     }
 }
 

@@ -6,7 +6,7 @@
 //! (its slot in a fixed schedule), so a stall delays and is charged to every request
 //! scheduled behind it: coordinated omission is accounted for.
 
-use super::http::{BlockingConn, Conn, Part, SseSplitter};
+use super::http::{BlockingConn, Conn, Dial, Part, SseSplitter};
 use super::sys;
 use super::upstream::PIECE_MARK;
 use hdrhistogram::Histogram;
@@ -63,25 +63,21 @@ impl Streams {
 }
 
 /// `conns` connections each send `req` and wait for the whole answer, again and again,
-/// for `dur`. Answers other than 200, and I/O errors, count as errors.
-pub async fn closed_loop(
-    addr: SocketAddr,
-    req: Arc<Vec<u8>>,
-    conns: usize,
-    dur: Duration,
-) -> Closed {
+/// for `dur`. Answers other than 200, and I/O errors, count as errors. `to`: where and
+/// how to connect (an address: plain TCP).
+pub async fn closed_loop<D: Dial>(to: D, req: Arc<Vec<u8>>, conns: usize, dur: Duration) -> Closed {
     let start = Instant::now();
     let end = start + dur;
     let tasks: Vec<_> = (0..conns)
         .map(|_| {
-            let req = req.clone();
+            let (req, to) = (req.clone(), to.clone());
             tokio::spawn(async move {
                 let (mut h, mut n, mut errors, mut bytes) = (hist(), 0u64, 0u64, 0u64);
                 let mut conn = None;
                 while Instant::now() < end {
                     let c = match conn.as_mut() {
                         Some(c) => c,
-                        None => match Conn::connect(addr).await {
+                        None => match to.dial().await {
                             Ok(c) => conn.insert(c),
                             Err(_) => {
                                 errors += 1;
