@@ -9,8 +9,9 @@
 //! (the closed, open and streaming ones in `LOAD_ROUNDS` alternating rounds, 3 by
 //! default, reporting the median), then the scenarios kept in files of their own
 //! ([`report::Section`]: `long.rs`, streams of a real answer's length, same protocol and
-//! translated), prints the budget with PASS/FAIL, and writes
-//! `target/bench-load.md` and `target/bench-load.svg`.
+//! translated; `tls.rs`, the small chat over HTTPS with keep-alive against TLS variants of
+//! the passthrough and the embedded-store gateway), prints the budget with PASS/FAIL, and
+//! writes `target/bench-load.md` and `target/bench-load.svg`.
 //!
 //! Run without `--bench` (as `cargo test --all-targets` does), it is a smoke run of a
 //! few seconds: tiny durations, a few idle streams, self-checks of its own parsers and
@@ -34,6 +35,8 @@ mod scenarios;
 mod sys;
 #[path = "load/targets.rs"]
 mod targets;
+#[path = "load/tls.rs"]
+mod tls;
 #[path = "load/upstream.rs"]
 mod upstream;
 
@@ -67,6 +70,10 @@ struct Plan {
     /// target and round.
     long_conns: usize,
     long: Duration,
+    /// Small chat over HTTPS (`tls.rs`), closed loop: connections (as the plain one) and
+    /// duration per target and round.
+    https_conns: usize,
+    https: Duration,
     /// Streaming chat: concurrent streams, duration per target, events and their interval.
     stream_conns: usize,
     stream: Duration,
@@ -95,6 +102,8 @@ const FULL: Plan = Plan {
     flow: Duration::from_secs(4),
     long_conns: 16,
     long: Duration::from_secs(3),
+    https_conns: 32,
+    https: Duration::from_secs(5),
     stream_conns: 32,
     stream: Duration::from_secs(5),
     sse_events: 50,
@@ -119,6 +128,8 @@ const QUICK: Plan = Plan {
     flow: Duration::from_millis(100),
     long_conns: 2,
     long: Duration::from_millis(100),
+    https_conns: 4,
+    https: Duration::from_millis(100),
     stream_conns: 4,
     stream: Duration::from_millis(100),
     sse_events: 10,
@@ -458,6 +469,20 @@ fn main() {
         };
         sections.push(Box::new(long::run(&list, &client, &p)));
     }
+    if only.scenario("https") {
+        let p = tls::Plan {
+            conns: plan.https_conns,
+            dur: plan.https,
+            warmup: plan.warmup,
+            rounds,
+        };
+        let rt = tls::Runtimes {
+            servers: &servers,
+            upstreams: &upstreams,
+            client: &client,
+        };
+        sections.push(Box::new(tls::run(&rt, &ucfg, &only, &p)));
+    }
     for ((t, r), res) in list.iter().zip(&reqs).zip(&mut results) {
         if !only.scenario("stream") {
             break;
@@ -594,8 +619,9 @@ fn main() {
 
 fn settings(p: &Plan, idle: &[usize], rounds: usize) -> Vec<String> {
     vec![
-        format!("The closed-loop, open-loop, fast-streaming and long-stream scenarios run in {rounds} alternating rounds (every target in turn, then again); each line reports the round with the median figure (CPU per request: the round with the median CPU per request). Redis work per request adds up every round."),
+        format!("The closed-loop, open-loop, fast-streaming, long-stream and HTTPS scenarios run in {rounds} alternating rounds (every target in turn, then again); each line reports the round with the median figure (CPU per request: the round with the median CPU per request). Redis work per request adds up every round."),
         "CPU per request: user + system time from `/proc/self/task/*/stat`, summed over the threads of a group (the proxies' runtime `servers`, the embedded store's threads), over the round, divided by the requests completed. The budget is judged on it: unlike throughput and latency it does not depend on who else uses the cores.".into(),
+        format!("Small chat over HTTPS (keep-alive): {} connections closed loop for {:?} per target and round, one handshake each, against the passthrough and the gateway on the embedded store serving one certificate with the same TLS settings (TLS 1.2 and 1.3, ALPN `http/1.1`); upstreams are plain HTTP.", p.https_conns, p.https),
         format!("Long streams: {} concurrent streams for {:?} per target and round, from an upstream that writes {} content events without pause (one write each); chat → chat, a messages client on a chat upstream, a chat client on a messages upstream.", p.long_conns, p.long, upstream::LONG_PIECES),
         "One process: mock upstreams (1 Tokio thread), proxies (one 2-thread Tokio runtime, as the gateway's `threads: 2`), load generator (2 Tokio threads; open loop on plain threads). All share the machine's 2 cores.".into(),
         format!("Small chat: {} connections closed loop for {:?} per target (after a {:?} warm-up); open loop {:.0} req/s over {} connections for {:?}, latency from the intended send time.", p.closed_conns, p.closed, p.warmup, p.open_rate, p.open_conns, p.open),

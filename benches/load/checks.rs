@@ -4,7 +4,7 @@
 
 use super::http::{parse_head, BodyKind, Chunked, Parser, Part, SseSplitter};
 use super::markdown;
-use super::report::{self, Meta, RedisPer, TargetResult};
+use super::report::{self, Cpu, Meta, RedisPer, Section, TargetResult};
 use super::scenarios::{hist, us, Closed, Idle, Open, Streams};
 use super::sys::parse_status_kb;
 use super::targets::Kind;
@@ -30,6 +30,7 @@ pub fn run() {
         ("histogram quantiles", quantiles),
         ("budget verdicts", budget_verdicts),
         ("report and chart", report_and_chart),
+        ("https section", https_section),
     ];
     for (name, f) in checks {
         if std::panic::catch_unwind(f).is_err() {
@@ -553,6 +554,62 @@ fn report_and_chart() {
     );
     assert!(!svg.contains("NaN") && !svg.contains("inf"));
     assert_eq!(svg.matches("<svg").count(), 1);
+}
+
+/// The HTTPS scenario's section: the CPU line is judged on the median round against the
+/// small chat's budget, every target shows in its table, and errors fail the smoke run.
+fn https_section() {
+    use super::tls::{Https, Round, TargetRounds};
+    let rounds = |cpus: &[f64], errors: u64| {
+        cpus.iter()
+            .map(|&c| {
+                let mut closed = closed(1_000);
+                closed.errors = errors;
+                Round {
+                    closed,
+                    cpu: Cpu {
+                        proxy_us: c - 5.0,
+                        store_us: 5.0,
+                    },
+                }
+            })
+            .collect()
+    };
+    let section = |gateway: &[f64], errors: u64| Https {
+        targets: vec![
+            TargetRounds {
+                name: "passthrough (bare Pingora)",
+                kind: Kind::Passthrough,
+                rounds: rounds(&[60.0, 50.0, 500.0], 0),
+            },
+            TargetRounds {
+                name: "gateway (embedded)",
+                kind: Kind::Gateway,
+                rounds: rounds(gateway, errors),
+            },
+        ],
+        rounds: 3,
+        conns: 32,
+        dur: std::time::Duration::from_secs(5),
+    };
+    let judged = |h: &Https| {
+        let lines = h.lines();
+        assert_eq!(lines.len(), 2, "a CPU line and a throughput figure");
+        assert!(lines[1].figure);
+        lines[0].pass
+    };
+    // Medians: 60 µs (passthrough) and 95 µs: 35 µs added, at the budget.
+    let ok = section(&[95.0, 10.0, 900.0], 0);
+    assert_eq!(judged(&ok), Some(true));
+    assert!(ok.failures().is_empty());
+    let mut md = String::new();
+    ok.markdown(&mut md);
+    assert!(md.contains("HTTPS") && md.contains("| passthrough (bare Pingora) |"));
+    assert!(md.contains("| gateway (embedded) |") && md.contains("+35.0"));
+    assert_eq!(judged(&section(&[96.0, 10.0, 900.0], 0)), Some(false));
+    let failing = section(&[70.0, 70.0, 70.0], 1);
+    assert_eq!(judged(&failing), Some(false), "errors fail the line");
+    assert_eq!(failing.failures().len(), 1);
 }
 
 /// In the smoke run every scenario must have succeeded at least once and never failed.

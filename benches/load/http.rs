@@ -3,15 +3,19 @@
 //! Hand-written so that the load generator costs as little CPU as possible (requests are
 //! pre-built bytes, buffers are reused, nothing is allocated per request) and so that a
 //! body piece's arrival time is the time of the read that delivered it: a client library
-//! could buffer pieces and hide coalescing. A connection may run over any stream
-//! ([`Dial`]); the parsing is the same for all.
+//! could buffer pieces and hide coalescing. A connection is plain TCP or TLS over it
+//! ([`Dial`]); the parsing is the same for both.
 
+use rustls::pki_types::{CertificateDer, ServerName};
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
 
 const BUF: usize = 64 * 1024;
 
@@ -328,6 +332,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     /// every body piece as it is read. Returns the status.
     pub async fn exchange(&mut self, req: &[u8], mut on: impl FnMut(Part)) -> io::Result<u16> {
         self.stream.write_all(req).await?;
+        // A TLS stream may keep the last record it sealed until flushed (TCP: no-op).
+        self.stream.flush().await?;
         let mut p = Parser::default();
         loop {
             let used = p.feed(self.rb.pending(), &mut on)?;
@@ -345,7 +351,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<S> {
     }
 }
 
-/// Where the load generator connects, and how: a [`SocketAddr`] is plain TCP.
+/// Where the load generator connects, and how: a [`SocketAddr`] is plain TCP,
+/// [`TlsDial`] is TLS over it.
 pub trait Dial: Clone + Send + Sync + 'static {
     type Stream: AsyncRead + AsyncWrite + Unpin + Send + 'static;
 
@@ -357,6 +364,51 @@ impl Dial for SocketAddr {
 
     fn dial(&self) -> impl Future<Output = io::Result<Conn>> + Send {
         Conn::connect(*self)
+    }
+}
+
+/// TLS to one address, trusting one certificate (the bench's own, made at start), with
+/// ALPN `http/1.1`: one handshake per connection, then requests on it (keep-alive).
+#[derive(Clone)]
+pub struct TlsDial {
+    addr: SocketAddr,
+    connector: TlsConnector,
+    name: ServerName<'static>,
+}
+
+impl TlsDial {
+    /// `name`: the certificate's DNS name, sent by SNI and verified.
+    pub fn new(addr: SocketAddr, cert: CertificateDer<'static>, name: &str) -> io::Result<Self> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert).map_err(io::Error::other)?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
+            .map_err(io::Error::other)?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let name = ServerName::try_from(name.to_string()).map_err(io::Error::other)?;
+        Ok(TlsDial {
+            addr,
+            connector: TlsConnector::from(Arc::new(config)),
+            name,
+        })
+    }
+}
+
+impl Dial for TlsDial {
+    type Stream = TlsStream<TcpStream>;
+
+    fn dial(&self) -> impl Future<Output = io::Result<Conn<Self::Stream>>> + Send {
+        let me = self.clone();
+        async move {
+            let stream = me.connector.connect(me.name, tcp(me.addr).await?).await?;
+            Ok(Conn {
+                stream,
+                rb: ReadBuf::new(BUF),
+            })
+        }
     }
 }
 

@@ -64,7 +64,7 @@ impl Streams {
 
 /// `conns` connections each send `req` and wait for the whole answer, again and again,
 /// for `dur`. Answers other than 200, and I/O errors, count as errors. `to`: where and
-/// how to connect (an address: plain TCP).
+/// how to connect (an address: plain TCP; [`super::http::TlsDial`]: TLS).
 pub async fn closed_loop<D: Dial>(to: D, req: Arc<Vec<u8>>, conns: usize, dur: Duration) -> Closed {
     let start = Instant::now();
     let end = start + dur;

@@ -7,6 +7,9 @@
 //!   gateway from `model_gateway::server::spawn`, with a key that has a quota and a model
 //!   whitelist, so authentication, the whitelist, reserve/settle and the usage record all
 //!   run.
+//!
+//! The passthrough and the gateway also serve HTTPS ([`TlsFiles`]: one certificate, TLS
+//! 1.2 and 1.3, ALPN `http/1.1`, the same on both) for the HTTPS scenario (`tls.rs`).
 
 use super::upstream::{Upstream, UpstreamConfig};
 use async_trait::async_trait;
@@ -15,6 +18,8 @@ use model_gateway::config::Config;
 use model_gateway::gateway::open_store;
 use model_gateway::server::{spawn, Running};
 use parking_lot::Mutex;
+use pingora::listeners::tls::TlsSettings;
+use pingora::listeners::ALPN;
 use pingora::proxy::{ProxyHttp, Session};
 use pingora::server::configuration::ServerConf;
 use pingora::server::Fds;
@@ -22,7 +27,7 @@ use pingora::services::Service as _;
 use pingora::upstreams::peer::HttpPeer;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::IntoRawFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -116,8 +121,21 @@ impl ProxyHttp for Passthrough {
     }
 }
 
+/// The certificate (PEM, leaf only) and key a target serves HTTPS with.
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
 /// A bare Pingora proxy to `upstream`, on the current runtime (as the gateway's `spawn`).
 pub fn passthrough(upstream: Upstream) -> std::io::Result<Target> {
+    passthrough_with(upstream, None)
+}
+
+/// The bare Pingora proxy, over TLS when `tls` is given: Pingora's own TLS listener with
+/// its Mozilla-intermediate settings (TLS 1.2 and 1.3), ALPN `http/1.1` only, as the
+/// gateway's `tls` with `http2: false`.
+pub fn passthrough_with(upstream: Upstream, tls: Option<&TlsFiles>) -> std::io::Result<Target> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
@@ -128,7 +146,16 @@ pub fn passthrough(upstream: Upstream) -> std::io::Result<Target> {
         peer: HttpPeer::new(upstream.addr, false, String::new()),
     };
     let mut svc = pingora::proxy::http_proxy_service_with_name(&conf, proxy, "passthrough");
-    svc.add_tcp(&addr.to_string());
+    match tls {
+        None => svc.add_tcp(&addr.to_string()),
+        Some(f) => {
+            let path = |p: &Path| p.to_string_lossy().into_owned();
+            let mut settings = TlsSettings::intermediate(&path(&f.cert), &path(&f.key))
+                .map_err(std::io::Error::other)?;
+            settings.set_alpn(ALPN::H1);
+            svc.add_tls_with_settings(&addr.to_string(), None, settings);
+        }
+    }
     let (tx, rx) = watch::channel(false);
     let fds = Arc::new(Mutex::new(fds));
     tokio::spawn(async move { svc.start_service(Some(fds), rx, 1).await });
@@ -149,7 +176,7 @@ pub enum Store {
     Cluster(Vec<String>),
 }
 
-fn config_text(store: &Store, dir: &Path, upstream: SocketAddr) -> String {
+fn config_text(store: &Store, dir: &Path, upstream: SocketAddr, tls: Option<&TlsFiles>) -> String {
     let store = match store {
         Store::Embedded => format!("{{ embedded: {{ path: \"{}\" }} }}", dir.display()),
         Store::Redis(url) => format!("{{ redis: {{ url: \"{url}\" }} }}"),
@@ -164,8 +191,16 @@ fn config_text(store: &Store, dir: &Path, upstream: SocketAddr) -> String {
     let prices: String = all_models()
         .map(|m| format!("  {m}: {{ input: 0.15, output: 0.6, cached_input: 0.075 }}\n"))
         .collect();
+    // HTTP/1.1 only, as the TLS passthrough (README, "TLS").
+    let tls = tls.map_or(String::new(), |f| {
+        format!(
+            "tls:\n  certificates: [{{ cert: \"{}\", key: \"{}\" }}]\n  http2: false\n",
+            f.cert.display(),
+            f.key.display()
+        )
+    });
     format!(
-        "listen: 127.0.0.1:0\nstore: {store}\nthreads: 2\nchannels:\n  - name: bench-openai\n    protocol: openai\n    base_url: http://{upstream}\n    api_key: upstream-secret\n    models: [{}]\n  - name: bench-anthropic\n    protocol: anthropic\n    base_url: http://{upstream}\n    api_key: upstream-secret\n    models: [{}]\nprices:\n{prices}",
+        "listen: 127.0.0.1:0\n{tls}store: {store}\nthreads: 2\nchannels:\n  - name: bench-openai\n    protocol: openai\n    base_url: http://{upstream}\n    api_key: upstream-secret\n    models: [{}]\n  - name: bench-anthropic\n    protocol: anthropic\n    base_url: http://{upstream}\n    api_key: upstream-secret\n    models: [{}]\nprices:\n{prices}",
         MODELS.join(", "),
         MESSAGES_MODELS.join(", ")
     )
@@ -178,13 +213,24 @@ pub async fn gateway(
     upstream: Upstream,
     store: Store,
 ) -> Result<Target, String> {
+    gateway_with(name, upstream, store, None).await
+}
+
+/// The real gateway, over TLS when `tls` is given (its configuration's `tls` section:
+/// the edge negotiates TLS on the TCP listener `spawn` is handed).
+pub async fn gateway_with(
+    name: &'static str,
+    upstream: Upstream,
+    store: Store,
+    tls: Option<&TlsFiles>,
+) -> Result<Target, String> {
     let backend = match &store {
         Store::Embedded => Backend::None,
         Store::Redis(_) => Backend::Redis,
         Store::Cluster(_) => Backend::Cluster,
     };
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let text = config_text(&store, dir.path(), upstream.addr);
+    let text = config_text(&store, dir.path(), upstream.addr, tls);
     let config = Config::parse(&text, dir.path()).map_err(|e| format!("{e:?}"))?;
     let store = open_store(&config.store, true)
         .await
