@@ -7,6 +7,7 @@ pub mod credentials;
 pub mod health;
 pub mod raw;
 mod resolve;
+pub mod transport;
 
 pub use health::{Circuit, ErrorKind, Health, Keys};
 pub use raw::{RawChannel, RawCircuit};
@@ -172,6 +173,8 @@ pub struct Channel {
     pub weight: u32,
     pub connect_timeout: Duration,
     pub read_timeout: Duration,
+    /// HTTP/2 by ALPN and the channel's own CAs (`http2`, `ca_file`).
+    pub transport: transport::Transport,
     resolver: Resolver,
     /// The relay's peers, one per address the resolver gave ([`Channel::shared_peer`]).
     peers: parking_lot::Mutex<Vec<(std::net::SocketAddr, Arc<HttpPeer>)>>,
@@ -197,6 +200,7 @@ impl fmt::Debug for Channel {
             .field("weight", &self.weight)
             .field("connect_timeout", &self.connect_timeout)
             .field("read_timeout", &self.read_timeout)
+            .field("transport", &self.transport)
             .finish_non_exhaustive()
     }
 }
@@ -233,9 +237,11 @@ impl Channel {
         let circuit = check_circuit(c.circuit.as_ref().unwrap_or(circuit))?;
         let signer = checks::signer(&c, protocol)?;
         let cloud = cloud::from_raw(protocol, &c)?;
+        let transport = transport::Transport::from_raw(&c, tls)?;
         let secrets = checks::secrets(c.api_key, c.api_keys)?;
         let chat_limit_field = checks::chat_limit_field(c.max_tokens_field.as_deref(), protocol)?;
         Ok(Channel {
+            transport,
             chat_limit_field,
             resolver: Resolver::new(host.clone(), port),
             peers: parking_lot::Mutex::new(Vec::new()),
@@ -313,6 +319,10 @@ impl Channel {
             },
             // Result URLs are pre-signed or public: a signature of ours would not fit.
             models: vec![String::from("-")],
+            // A storage host is not the channel's upstream: HTTP/1.1 (one download each,
+            // nothing to share a connection with) and the system roots.
+            http2: false,
+            ca_file: None,
             connect_timeout_secs: self.connect_timeout.as_secs(),
             read_timeout_secs: self.read_timeout.as_secs(),
             ..RawChannel::default()
@@ -367,6 +377,7 @@ impl Channel {
         o.read_timeout = Some(self.read_timeout);
         o.write_timeout = Some(self.read_timeout);
         o.idle_timeout = Some(Duration::from_secs(90));
+        self.transport.apply(&mut peer);
         peer
     }
 }

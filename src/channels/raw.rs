@@ -99,6 +99,18 @@ pub struct RawChannel {
     /// `demo`: how fast the demo model streams, in tokens a second.
     #[serde(default)]
     pub tokens_per_second: Option<u32>,
+    /// `https://` channels: offer HTTP/2 by ALPN (with HTTP/1.1), so concurrent requests
+    /// share a few connections as streams; an upstream that picks HTTP/1.1 gets it.
+    #[serde(default)]
+    pub http2: bool,
+    /// With `http2`: streams one connection carries at once (the upstream's own limit
+    /// still applies); default 100.
+    #[serde(default)]
+    pub http2_max_streams: Option<u32>,
+    /// `https://` channels: a PEM bundle of the CAs the upstream's certificate is verified
+    /// against, instead of the system roots (a private upstream).
+    #[serde(default)]
+    pub ca_file: Option<String>,
 }
 
 /// A Microsoft Entra ID application (`azure` channels). Give the secret as `${VAR}`.
@@ -179,6 +191,9 @@ impl Default for RawChannel {
             location: None,
             credentials_file: None,
             tokens_per_second: None,
+            http2: false,
+            http2_max_streams: None,
+            ca_file: None,
         }
     }
 }
@@ -226,6 +241,9 @@ impl fmt::Debug for RawChannel {
             .field("location", &self.location)
             .field("credentials_file", &self.credentials_file)
             .field("tokens_per_second", &self.tokens_per_second)
+            .field("http2", &self.http2)
+            .field("http2_max_streams", &self.http2_max_streams)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }

@@ -358,9 +358,12 @@ impl Config {
         }
         crate::channels::check_circuit(&raw.circuit).map_err(|e| err(e.field, e.message))?;
         let mut raw_channels = raw.channels;
-        // A key file named relative to the configuration file, as the store's path is.
+        // Key and CA files named relative to the configuration file, as the store's path is.
         for c in &mut raw_channels {
-            if let Some(f) = c.credentials_file.as_mut() {
+            for f in [c.credentials_file.as_mut(), c.ca_file.as_mut()]
+                .into_iter()
+                .flatten()
+            {
                 if !f.is_empty() && Path::new(f.as_str()).is_relative() {
                     *f = base.join(&*f).to_string_lossy().into_owned();
                 }

@@ -132,17 +132,20 @@ impl Exchange {
                 Ok(()) => {}
                 Err(e) if reused && attempts == 1 => {
                     tracing::debug!(channel = %channel.name, error = %e, "stale pooled connection");
+                    abandon(gw, http, &peer).await;
                     continue;
                 }
                 Err(e) => {
                     tracing::warn!(channel = %channel.name, error = %e, "upstream write failed");
                     failed(kind(&e, ErrorKind::Connect));
+                    abandon(gw, http, &peer).await;
                     return Err(OpenError::Sent(failure(&e)));
                 }
             }
             if let Err(e) = http.read_response_header().await {
                 tracing::warn!(channel = %channel.name, error = %e, "upstream response header failed");
                 failed(kind(&e, ErrorKind::Connect));
+                abandon(gw, http, &peer).await;
                 return Err(OpenError::Sent(failure(&e)));
             }
             let ex = Exchange {
@@ -229,15 +232,32 @@ impl Exchange {
     }
 
     /// Returns the connection to the pool if the response was read to its end;
-    /// otherwise it is closed.
+    /// otherwise the exchange is abandoned ([`abandon`]).
     pub async fn finish(mut self, gw: &Gateway) {
         if self.http.response_done() {
             gw.connector
-                .release_http_session(self.http, &*self.peer, Some(Duration::from_secs(60)))
+                .release_http_session(self.http, &*self.peer, Some(POOL_IDLE))
                 .await;
         } else {
-            self.http.shutdown().await;
+            abandon(gw, self.http, &self.peer).await;
         }
+    }
+}
+
+/// How long a connection with nothing in flight is kept in the pool.
+const POOL_IDLE: Duration = Duration::from_secs(60);
+
+/// Gives up an exchange before the end of its answer. An HTTP/1.1 connection is closed.
+/// An HTTP/2 stream is reset alone, and its connection, which other exchanges may share,
+/// is given back: with one stream per connection, or every stream in use, it is in no
+/// pool until then, and would be lost to the next request (Pingora keeps a connection
+/// that has closed out of the pool).
+async fn abandon(gw: &Gateway, mut http: HttpSession, peer: &HttpPeer) {
+    http.shutdown().await;
+    if matches!(http, HttpSession::H2(_)) {
+        gw.connector
+            .release_http_session(http, peer, Some(POOL_IDLE))
+            .await;
     }
 }
 

@@ -192,6 +192,41 @@ pub fn client_roots(path: &Path) -> Result<RootCertStore, FileError> {
     Ok(roots)
 }
 
+/// The CA certificates an upstream's certificate is verified against instead of the
+/// system roots (a channel's `ca_file`): each one parsed as X.509 and usable as a trust
+/// anchor, so the connector, which panics on a certificate it cannot parse, is never
+/// handed one.
+pub fn upstream_roots(
+    field: &'static str,
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, FileError> {
+    let certs = read_certs(field, path)?;
+    let mut roots = RootCertStore::empty();
+    for (i, cert) in certs.iter().enumerate() {
+        x509_parser::parse_x509_certificate(cert).map_err(|e| {
+            fail(
+                field,
+                format!(
+                    "{}: certificate {} is not an X.509 certificate: {e}",
+                    path.display(),
+                    i + 1
+                ),
+            )
+        })?;
+        roots.add(cert.clone()).map_err(|e| {
+            fail(
+                field,
+                format!(
+                    "{}: certificate {} is not a usable CA certificate: {e}",
+                    path.display(),
+                    i + 1
+                ),
+            )
+        })?;
+    }
+    Ok(certs)
+}
+
 /// Chooses the certificate by the name the client asked for (SNI): an exact name, then a
 /// wildcard one label up; the first configured certificate for a client that named none,
 /// or a name no certificate has.

@@ -21,7 +21,7 @@ pub mod front;
 mod prefixed;
 pub mod proxy_protocol;
 
-pub use certs::CertInfo;
+pub use certs::{upstream_roots, CertInfo};
 
 use rustls::server::WebPkiClientVerifier;
 use rustls::version::{TLS12, TLS13};

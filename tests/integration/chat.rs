@@ -68,7 +68,7 @@ async fn non_streaming_relays_maps_the_model_and_bills_real_usage() {
 }
 
 /// Reads SSE `data:` payloads from a streaming response until `[DONE]` or the end.
-async fn sse_events(resp: reqwest::Response) -> Vec<String> {
+pub(crate) async fn sse_events(resp: reqwest::Response) -> Vec<String> {
     let mut out = Vec::new();
     let mut buf = String::new();
     let mut s = resp.bytes_stream();

@@ -15,6 +15,8 @@ mod flaky_proxy;
 mod gateway;
 #[path = "../support/greedy_upstream.rs"]
 mod greedy_upstream;
+#[path = "../support/h2_upstream.rs"]
+mod h2_upstream;
 #[path = "../support/kling.rs"]
 mod kling;
 #[path = "../support/media_upstream.rs"]
@@ -88,6 +90,7 @@ mod tls_proxy_protocol;
 mod tls_rotation;
 mod two_instances;
 mod upgrade;
+mod upstream_h2;
 mod vertex;
 mod video;
 mod video_checks;
