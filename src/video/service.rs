@@ -427,10 +427,12 @@ fn content_url(gw: &Gateway, session: &Session, id: &str) -> String {
                 .and_then(|v| v.to_str().ok())
                 .or_else(|| h.uri.authority().map(|a| a.as_str()))
                 .unwrap_or("localhost");
-            let https = session
-                .get_header("x-forwarded-proto")
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|p| p.eq_ignore_ascii_case("https"));
+            // The client listener's own TLS, or the proxy in front's.
+            let https = gw.config.tls.is_some()
+                || session
+                    .get_header("x-forwarded-proto")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|p| p.eq_ignore_ascii_case("https"));
             format!("{}://{host}", if https { "https" } else { "http" })
         }
     };

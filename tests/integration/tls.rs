@@ -300,3 +300,85 @@ fn the_deploy_files_mount_the_certificates_where_the_configuration_reads_them() 
     )));
     assert!(k8s.contains("secretName: model-gateway-tls"));
 }
+
+/// One HTTP/1.1 exchange over TLS to the gateway, with the key; the status and body.
+async fn https_json(
+    s: &Setup,
+    method: &str,
+    path: &str,
+    key: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let mut h = connect(
+        addr_of(&s.gw),
+        &s.ca.pem(),
+        ClientOptions {
+            sni: Some("gw.test"),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: gw.test\r\nAuthorization: Bearer {key}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    h.stream.write_all(req.as_bytes()).await.unwrap();
+    let answer = read_to_close(&mut h.stream, Duration::from_secs(10)).await;
+    let status = answer[9..12].parse().unwrap();
+    let (head, rest) = answer.split_once("\r\n\r\n").unwrap();
+    // A short JSON answer comes with its length; a chunked one in one chunk.
+    let json = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        rest.split_once("\r\n")
+            .unwrap()
+            .1
+            .rsplit_once("\r\n0\r\n")
+            .unwrap()
+            .0
+            .trim_end()
+    } else {
+        rest
+    };
+    (
+        status,
+        serde_json::from_str(json).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn video_download_urls_say_https_behind_the_gateways_own_tls() {
+    let up = crate::video_upstream::VideoUpstream::start().await;
+    let s = setup(&crate::video::config(&up.base_url())).await;
+    let (key, _) = s.gw.create_key(serde_json::json!({"quota_usd": 10})).await;
+    let body = serde_json::json!({"model": "kling-v1", "prompt": "waves at dusk", "duration": 5});
+    let (status, v) = https_json(&s, "POST", "/v1/video/generations", &key, Some(&body)).await;
+    assert_eq!(status, 200, "{v}");
+    let id = v["task_id"].as_str().unwrap().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let rec = loop {
+        let (status, rec) = https_json(
+            &s,
+            "GET",
+            &format!("/v1/video/generations/{id}"),
+            &key,
+            None,
+        )
+        .await;
+        assert_eq!(status, 200, "{rec}");
+        if rec["status"] == "completed" {
+            break rec;
+        }
+        assert!(std::time::Instant::now() < deadline, "{rec}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    let url = rec["url"].as_str().unwrap();
+    assert!(
+        url.starts_with("https://gw.test") && url.ends_with(&format!("/v1/videos/{id}/content")),
+        "no `X-Forwarded-Proto`, yet the listener is HTTPS: {url}"
+    );
+}
