@@ -45,7 +45,8 @@ CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY, key_id TEXT NOT NULL, expires_at INTEGER NOT NULL,
     bytes INTEGER NOT NULL, record TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS responses_key ON responses(key_id, expires_at);
+DROP INDEX IF EXISTS responses_key;
+CREATE INDEX IF NOT EXISTS responses_key_bytes ON responses(key_id, expires_at, bytes);
 CREATE INDEX IF NOT EXISTS responses_expiry ON responses(expires_at);
 CREATE TABLE IF NOT EXISTS journal_applied (
     id INTEGER PRIMARY KEY CHECK (id = 0), seq INTEGER NOT NULL
