@@ -259,17 +259,8 @@ fn the_check_config_command_fails_on_an_expired_certificate() {
         ),
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_model-gateway"))
-        .args(["check-config", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(!out.status.success(), "{text}");
+    let (passed, text) = crate::process::check_config(&path, &[]);
+    assert!(!passed, "{text}");
     assert!(text.contains("tls.certificates[0].cert"), "{text}");
     assert!(text.contains("expired"), "{text}");
 }

@@ -383,14 +383,7 @@ pub async fn check_content(gw: &TestGateway, key: &str, client: Client, id: &str
         "HEAD {url} has no body"
     );
     if let Some(path) = status_path(client, id) {
-        let get = gw
-            .http
-            .get(gw.url(&path))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap();
-        let get_len = get.bytes().await.unwrap().len();
+        let get_len = status_raw(gw, key, client, id).await.1.len();
         let r = gw
             .http
             .head(gw.url(&path))

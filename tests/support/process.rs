@@ -122,3 +122,20 @@ pub async fn wait_json(url: &str, f: impl Fn(&serde_json::Value) -> bool) -> ser
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Runs `model-gateway check-config --config <config>` with `env`: whether it passed,
+/// and what it printed (standard output, then standard error).
+pub fn check_config(config: &Path, env: &[(&str, &str)]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_model-gateway"))
+        .args(["check-config", "--config"])
+        .arg(config)
+        .envs(env.iter().copied())
+        .output()
+        .expect("check-config runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
