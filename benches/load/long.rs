@@ -213,9 +213,7 @@ pub fn run(targets: &[Target], client: &tokio::runtime::Runtime, plan: &Plan) ->
                     case.end_mark(t.kind),
                 ));
                 let cpu1 = sys::thread_cpu();
-                let n = s.streams.max(1) as f64;
-                let d =
-                    |g: &str| (cpu1.get(g).unwrap_or(&0.0) - cpu0.get(g).unwrap_or(&0.0)) * 1e6 / n;
+                let d = |g: &str| sys::cpu_us_per(&cpu0, &cpu1, g, s.streams);
                 let r = Round {
                     proxy_us: d("servers"),
                     store_us: d("store"),

@@ -225,3 +225,14 @@ pub fn thread_cpu() -> std::collections::HashMap<&'static str, f64> {
     }
     out
 }
+
+/// Microseconds of CPU a thread group used between two [`thread_cpu`] readings, per one
+/// of `n` requests (or streams).
+pub fn cpu_us_per(
+    before: &std::collections::HashMap<&'static str, f64>,
+    after: &std::collections::HashMap<&'static str, f64>,
+    group: &str,
+    n: u64,
+) -> f64 {
+    (after.get(group).unwrap_or(&0.0) - before.get(group).unwrap_or(&0.0)) * 1e6 / n.max(1) as f64
+}

@@ -161,8 +161,7 @@ pub fn run(rt: &Runtimes, ucfg: &UpstreamConfig, only: &Filter, plan: &Plan) -> 
                 plan.dur,
             ));
             let cpu1 = sys::thread_cpu();
-            let n = c.requests.max(1) as f64;
-            let d = |g: &str| (cpu1.get(g).unwrap_or(&0.0) - cpu0.get(g).unwrap_or(&0.0)) * 1e6 / n;
+            let d = |g: &str| sys::cpu_us_per(&cpu0, &cpu1, g, c.requests);
             let r = Round {
                 cpu: Cpu {
                     proxy_us: d("servers"),
