@@ -11,10 +11,13 @@ use crate::gateway::Gateway;
 use bytes::{Bytes, BytesMut};
 use pingora::http::RequestHeader;
 use pingora::protocols::http::client::HttpSession;
+use pingora::protocols::http::v1::client as v1;
+use pingora::protocols::Stream;
 use pingora::upstreams::peer::HttpPeer;
-use pingora::{Error, ErrorType};
+use pingora::{Error, ErrorType, OrErr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
 
 /// Headers a client may pass on to an upstream of its own protocol; everything else the
 /// client sent (its credentials above all) stays at the gateway.
@@ -120,15 +123,13 @@ impl Exchange {
                 let doing = format!("building the request for channel {}", channel.name);
                 OpenError::NotSent(GatewayError::internal_from(doing, e))
             })?;
-            let (mut http, reused) = gw.connector.get_http_session(&*peer).await.map_err(|e| {
+            let (http, reused) = gw.connector.get_http_session(&*peer).await.map_err(|e| {
                 tracing::warn!(channel = %channel.name, error = %e, "upstream connect failed");
                 unreachable()
             })?;
-            // The pooled session does not take these from the peer's options.
-            http.set_read_timeout(Some(channel.read_timeout));
-            http.set_write_timeout(Some(channel.read_timeout));
             let connected = Instant::now();
-            match send(&mut http, header, out).await {
+            let (mut http, sent) = send(http, header, out, &peer, channel.read_timeout).await;
+            match sent {
                 Ok(()) => {}
                 Err(e) if reused && attempts == 1 => {
                     tracing::debug!(channel = %channel.name, error = %e, "stale pooled connection");
@@ -400,57 +401,70 @@ impl TokenClient for TokenHttp<'_> {
     }
 }
 
+/// Sends the request; gives the session back (with the channel's timeouts set, which a
+/// pooled session does not take from the peer's options) to read the answer from.
+///
+/// On HTTP/1 a request with a body goes out as one write of header and body together:
+/// Pingora's session writes and flushes the header on its own, so the body would follow
+/// in a second segment (the upstream waking for each), or both would need `TCP_CORK` set
+/// and cleared around them, two more system calls. The header's bytes are Pingora's own
+/// serialization, checks included; the session is then made again on the same
+/// connection to read the answer, as the pool makes one for every reuse.
 async fn send(
-    http: &mut HttpSession,
+    http: HttpSession,
     header: RequestHeader,
     out: &Outgoing<'_>,
-) -> pingora::Result<()> {
-    let _cork = (out.method != "GET").then(|| Cork::on(http));
-    http.write_request_header(Box::new(header)).await?;
-    if out.method != "GET" {
-        http.write_request_body(out.body.clone(), true).await?;
-    }
-    http.finish_request_body().await
-}
-
-/// Holds an HTTP/1 upstream connection's output while a request's header and body are
-/// written (`TCP_CORK`), so both leave in one segment: the header's write would otherwise
-/// go out alone, and the upstream would wake for it and again for the body. Released
-/// when dropped, on every path (an error, a cancelled request), which sends what is held.
-struct Cork(Option<i32>);
-
-impl Cork {
-    fn on(http: &HttpSession) -> Cork {
-        let HttpSession::H1(h1) = http else {
-            return Cork(None);
-        };
-        // A Pingora stream's id is its socket's descriptor (TLS streams give their TCP one).
-        let fd = h1.stream().id();
-        Cork(set_cork(fd, true).then_some(fd))
-    }
-}
-
-impl Drop for Cork {
-    fn drop(&mut self) {
-        if let Some(fd) = self.0 {
-            set_cork(fd, false);
+    peer: &HttpPeer,
+    timeout: Duration,
+) -> (HttpSession, pingora::Result<()>) {
+    let mut http = match http {
+        HttpSession::H1(h1) if out.method != "GET" => {
+            let mut stream = h1.into_inner();
+            let sent = write_whole(&mut stream, &header, &out.body, timeout).await;
+            let mut h1 = v1::HttpSession::new_with_options(stream, peer);
+            h1.read_timeout = Some(timeout);
+            h1.write_timeout = Some(timeout);
+            return (HttpSession::H1(h1), sent);
         }
+        other => other,
+    };
+    http.set_read_timeout(Some(timeout));
+    http.set_write_timeout(Some(timeout));
+    let sent = async {
+        http.write_request_header(Box::new(header)).await?;
+        if out.method != "GET" {
+            http.write_request_body(out.body.clone(), true).await?;
+        }
+        http.finish_request_body().await
     }
+    .await;
+    (http, sent)
 }
 
-/// Sets `TCP_CORK`; `false` where it cannot be set (not a TCP socket).
-fn set_cork(fd: i32, on: bool) -> bool {
-    let v: libc::c_int = on.into();
-    // SAFETY: a plain integer option on a descriptor the session owns and keeps open for
-    // the whole call; an invalid one only makes setsockopt fail.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CORK,
-            (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
+/// Writes an HTTP/1 request's header and body in one write, within `timeout`.
+async fn write_whole(
+    stream: &mut Stream,
+    header: &RequestHeader,
+    body: &[u8],
+    timeout: Duration,
+) -> pingora::Result<()> {
+    let mut wire = v1::http_req_header_to_wire(header).ok_or_else(|| {
+        Error::explain(
+            ErrorType::InvalidHTTPHeader,
+            "the upstream request line holds a forbidden byte",
+        )
+    })?;
+    wire.extend_from_slice(body);
+    let write = async {
+        stream.write_all(&wire).await?;
+        stream.flush().await
+    };
+    match pingora::prelude::timeout(timeout, write).await {
+        Ok(r) => r.or_err(ErrorType::WriteError, "while writing the upstream request"),
+        Err(_) => Error::e_explain(
+            ErrorType::WriteTimedout,
+            "while writing the upstream request (timeout)",
+        ),
     }
 }
 
