@@ -88,11 +88,11 @@ fn image_parts(body: &[u8]) -> u64 {
                     .find(|b| !b.is_ascii_whitespace())
                     .is_some_and(|b| *b == b':');
                 let marks = if is_key {
-                    let image = is_one_of(body, i, end, &IMAGE_KEYS);
-                    after_type_key = unescaped_is(body, i, end, b"type");
-                    image
+                    let name = decoded(body, i, end);
+                    after_type_key = *name == b"type"[..];
+                    IMAGE_KEYS.contains(&&*name)
                 } else {
-                    let image = after_type_key && is_one_of(body, i, end, &IMAGE_TYPES);
+                    let image = after_type_key && IMAGE_TYPES.contains(&&*decoded(body, i, end));
                     after_type_key = false;
                     image
                 };
@@ -125,20 +125,18 @@ fn string_end(body: &[u8], from: usize) -> Option<usize> {
     }
 }
 
-/// Whether the JSON string `body[open..=close]` (quotes included) decodes to one of
-/// `names`.
-fn is_one_of(body: &[u8], open: usize, close: usize, names: &[&[u8]]) -> bool {
-    names.iter().any(|n| unescaped_is(body, open, close, n))
-}
-
-/// Whether the JSON string `body[open..=close]` decodes to `name`. Escapes are rare in
-/// keys; a string holding one is decoded (`"image\u005furl"` is `image_url`).
-fn unescaped_is(body: &[u8], open: usize, close: usize, name: &[u8]) -> bool {
+/// The JSON string `body[open..=close]` (quotes included), decoded: borrowed unless it
+/// holds an escape, which is rare in keys (`"image\u005furl"` is `image_url`). A string
+/// that does not decode is left as written.
+fn decoded(body: &[u8], open: usize, close: usize) -> std::borrow::Cow<'_, [u8]> {
     let raw = &body[open + 1..close];
     if memchr::memchr(b'\\', raw).is_none() {
-        return raw == name;
+        return raw.into();
     }
-    serde_json::from_slice::<String>(&body[open..=close]).is_ok_and(|s| s.as_bytes() == name)
+    match serde_json::from_slice::<String>(&body[open..=close]) {
+        Ok(s) => s.into_bytes().into(),
+        Err(_) => raw.into(),
+    }
 }
 
 /// What to reserve for one request.

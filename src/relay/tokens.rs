@@ -78,7 +78,6 @@ pub struct TokenRequest<'a> {
     model: String,
     stream: bool,
     client_sse: bool,
-    raw: &'a [u8],
     body: Body<'a>,
     /// What the request is reserved by: each rate at its dearest over the candidates.
     price: Price,
@@ -87,6 +86,8 @@ pub struct TokenRequest<'a> {
     channel_prices: Option<std::sync::Arc<crate::config::Config>>,
     /// The price of the channel called last.
     billed_at: Option<Price>,
+    /// Upper bound of the input's tokens ([`input_token_bound`] of `raw`, read once).
+    input_tokens: u64,
     /// Upper bound of the input's cost.
     input: Micros,
     /// The client's own output limit per answer (or the price's maximum).
@@ -117,15 +118,16 @@ impl<'a> TokenRequest<'a> {
         } = asked;
         let (requested, choices) = body.sizing(route.protocol);
         let output_tokens = requested.unwrap_or(price.max_output_tokens).max(1);
+        let input_tokens = input_token_bound(raw);
         TokenRequest {
             client: route.protocol,
             route: route.clone(),
             model,
             stream,
             client_sse,
-            raw,
+            input_tokens,
             input: price
-                .input_bound(raw)
+                .input_cost_bound(input_tokens)
                 .saturating_add(price.web_search_bound(raw)),
             choices,
             cap: output_tokens,
@@ -211,7 +213,8 @@ impl Request for TokenRequest<'_> {
             max: self
                 .input
                 .saturating_add(self.output_cost(self.output_tokens)),
-            tokens: crate::billing::input_token_bound(self.raw)
+            tokens: self
+                .input_tokens
                 .saturating_add(self.output_tokens.saturating_mul(self.choices)),
         }
     }
@@ -261,7 +264,7 @@ impl Request for TokenRequest<'_> {
             client_sse: self.client_sse,
             client_wants_usage: self.client_wants_usage,
             request_id: request_id.to_string(),
-            input_bound: input_token_bound(self.raw),
+            input_bound: self.input_tokens,
             price,
             translator: None,
             reported: Usage::default(),
