@@ -134,12 +134,10 @@ pub static ENDPOINTS: &[Endpoint<Make>] = &[
     row(POST, "/v1beta/models/{model}:streamGenerateContent", |m| {
         gemini(m, true)
     }),
-    Endpoint {
-        param: Param::NoColon,
-        ..row(READ, "/v1beta/models/{model}", |m| {
-            Ok(Route::GeminiModel(m.to_string()))
-        })
-    },
+    row(READ, "/v1beta/models/{model}", |m| {
+        Ok(Route::GeminiModel(m.to_string()))
+    })
+    .with_param(Param::NoColon),
     row(READ, "/api/usage/token", |_| Ok(Route::UsageToken)),
     row(READ, "/api/log/token", |_| Ok(Route::LogToken)),
     row(POST, "/v1/chat/completions", |_| {

@@ -67,6 +67,8 @@ pub struct Endpoint<T: 'static> {
     pub path: &'static str,
     pub param: Param,
     pub target: T,
+    /// The path has a `{parameter}` (known when the row is made, not per lookup).
+    templated: bool,
 }
 
 impl<T> Endpoint<T> {
@@ -76,11 +78,21 @@ impl<T> Endpoint<T> {
             path,
             param: Param::Segment,
             target,
+            templated: has_parameter(path),
         }
+    }
+
+    /// The row with what its path parameter may be.
+    pub const fn with_param(mut self, param: Param) -> Endpoint<T> {
+        self.param = param;
+        self
     }
 
     /// The path parameter (`""` for a template without one), if `path` is this row's.
     pub fn matches<'p>(&self, path: &'p str) -> Option<&'p str> {
+        if !self.templated {
+            return (self.path == path).then_some("");
+        }
         let mut param = "";
         let mut want = self.path.split('/');
         let mut have = path.split('/');
@@ -104,6 +116,19 @@ impl<T> Endpoint<T> {
             }
         }
     }
+}
+
+/// Whether a template has a `{parameter}`.
+const fn has_parameter(path: &str) -> bool {
+    let b = path.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'{' {
+            return true;
+        }
+        i += 1;
+    }
+    false
 }
 
 /// The outcome of looking a request up in a table.
@@ -135,7 +160,7 @@ pub fn find<'t, 'p, T>(
     // template matching it too (`/v1/responses/{response_id}`) is not tried.
     let mut literal_seen = false;
     for row in table {
-        let templated = row.path.contains('{');
+        let templated = row.templated;
         if literal_seen && templated {
             continue;
         }
@@ -192,10 +217,7 @@ mod tests {
             action.matches("/v1beta/models/g:streamGenerateContent"),
             None
         );
-        let bare = Endpoint {
-            param: Param::NoColon,
-            ..row("/v1beta/models/{model}")
-        };
+        let bare = row("/v1beta/models/{model}").with_param(Param::NoColon);
         assert_eq!(bare.matches("/v1beta/models/g"), Some("g"));
         assert_eq!(bare.matches("/v1beta/models/g:x"), None);
     }
