@@ -62,11 +62,18 @@ pub fn now_secs() -> i64 {
 /// A request id: 12 hex digits of Unix milliseconds, then 16 random hex digits. Sorting
 /// ids as strings sorts them by arrival time.
 pub fn request_id() -> String {
-    format!(
-        "{:012x}{:016x}",
-        now_ms() as u64 & 0xFFFF_FFFF_FFFF,
-        fast_random()
-    )
+    let mut id = [0u8; 28];
+    put_hex(&mut id[..12], now_ms() as u64 & 0xFFFF_FFFF_FFFF);
+    put_hex(&mut id[12..], fast_random());
+    String::from_utf8_lossy(&id).into_owned()
+}
+
+/// Writes the low `out.len()` hex digits of `v` into `out`, zero-padded, lower case.
+fn put_hex(out: &mut [u8], mut v: u64) {
+    for b in out.iter_mut().rev() {
+        *b = b"0123456789abcdef"[(v & 0xF) as usize];
+        v >>= 4;
+    }
 }
 
 #[cfg(test)]
@@ -80,6 +87,21 @@ mod tests {
         assert_eq!(a.len(), 28);
         assert_ne!(a, b);
         assert!(a[..12] <= b[..12]);
+    }
+
+    #[test]
+    fn request_ids_are_the_time_then_random_in_lower_hex() {
+        let before = now_ms() as u64 & 0xFFFF_FFFF_FFFF;
+        let id = request_id();
+        let after = now_ms() as u64 & 0xFFFF_FFFF_FFFF;
+        assert!(id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        let t = u64::from_str_radix(&id[..12], 16).unwrap();
+        assert!((before..=after).contains(&t), "{id}");
+        let mut out = [0u8; 6];
+        put_hex(&mut out, 0xab);
+        assert_eq!(&out, b"0000ab");
     }
 
     #[test]

@@ -11,15 +11,35 @@
 //! records (the `settled` table, Redis tombstones) stay the authority for settling.
 
 use std::collections::HashSet;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::time::{Duration, Instant};
 
 /// How long a generation lasts: ids are remembered for 15 to 30 minutes.
 pub const GENERATION: Duration = Duration::from_secs(15 * 60);
 
+/// The sets hold hashes already: each is its own bucket's hash, not hashed again.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+type Hashes = HashSet<u64, BuildHasherDefault<Prehashed>>;
+
 pub struct RecentIds {
-    current: HashSet<u64>,
-    previous: HashSet<u64>,
+    current: Hashes,
+    previous: Hashes,
     since: Instant,
     hasher: std::collections::hash_map::RandomState,
 }
@@ -27,8 +47,8 @@ pub struct RecentIds {
 impl Default for RecentIds {
     fn default() -> Self {
         RecentIds {
-            current: HashSet::new(),
-            previous: HashSet::new(),
+            current: Hashes::default(),
+            previous: Hashes::default(),
             since: Instant::now(),
             hasher: std::collections::hash_map::RandomState::new(),
         }
@@ -54,6 +74,14 @@ impl RecentIds {
         self.rotate(Instant::now());
         let h = self.hash(key_id, id);
         self.current.insert(h);
+    }
+
+    /// Inserts an id not remembered yet; `false` (nothing changed) when it is. One hash
+    /// for the look-up and the insert.
+    pub fn insert_new(&mut self, key_id: &str, id: &str) -> bool {
+        self.rotate(Instant::now());
+        let h = self.hash(key_id, id);
+        !self.previous.contains(&h) && self.current.insert(h)
     }
 
     /// Forgets an id (a settle that did not commit).
@@ -89,6 +117,9 @@ mod tests {
         r.age(GENERATION);
         assert!(r.contains("k", "a"), "still there one generation on");
         r.insert("k", "b");
+        assert!(!r.insert_new("k", "a"), "a remembered id is not new");
+        assert!(r.insert_new("k", "c"));
+        assert!(!r.insert_new("k", "c"));
         r.age(GENERATION);
         assert!(!r.contains("k", "a"), "gone after two generations");
         assert!(r.contains("k", "b"));

@@ -369,12 +369,7 @@ impl Ledger {
     /// hold and its guard never outlive the process, so this replaces a durable row; an
     /// id whose settle does not commit is given back with [`Ledger::unclaim`].
     pub fn claim(&self, key_id: &str, rid: &str) -> bool {
-        let mut b = self.books.lock();
-        if b.settled.contains(key_id, rid) {
-            return false;
-        }
-        b.settled.insert(key_id, rid);
-        true
+        self.books.lock().settled.insert_new(key_id, rid)
     }
 
     /// Gives back a claim whose settle did not commit: a retry settles it.
