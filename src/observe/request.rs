@@ -96,6 +96,18 @@ impl Obs {
         self.trace.as_mut().map(|t| t.child(name, start, end))
     }
 
+    /// The start of a step, read only when the request is traced (the clock is read on
+    /// every request otherwise, for nothing).
+    pub fn step(&self) -> Option<Instant> {
+        self.trace.as_ref().map(|_| Instant::now())
+    }
+
+    /// The span of a step begun at [`Obs::step`], ending now.
+    pub fn step_span(&mut self, name: &'static str, start: Option<Instant>) -> Option<&mut Span> {
+        let start = start?;
+        self.span(name, start, Instant::now())
+    }
+
     /// The trace's W3C `traceparent` for this request, when it is traced.
     pub fn traceparent(&self) -> Option<String> {
         self.trace.as_ref().map(|t| t.traceparent())

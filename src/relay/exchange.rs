@@ -76,10 +76,10 @@ pub async fn run<R: Request>(
     candidates: &[Arc<Channel>],
     mut request: R,
 ) -> Result<Answer, GatewayError> {
-    let reserving = Instant::now();
+    let reserving = ctx.obs.step();
     let ttl = gw.config.limits.reservation_ttl_secs;
     let held = hold(gw, key, &ctx.request_id, request.bounds(), ttl).await;
-    if let Some(s) = ctx.obs.span("store.reserve", reserving, Instant::now()) {
+    if let Some(s) = ctx.obs.step_span("store.reserve", reserving) {
         s.error(held.is_err());
     }
     let mut guard = held?;
@@ -305,12 +305,12 @@ pub async fn settle(
     rec.provider_cost = cost.micros.max(0);
     rec.bill = bill;
     rec.multiplier = guard.multiplier();
-    let settling = Instant::now();
+    let settling = ctx.obs.step();
     let outcome = match ctx.take_usage_record(status) {
         Some(u) => guard.settle_logged(charged, u).await,
         None => guard.settle(charged).await,
     };
-    if let Some(s) = ctx.obs.span("store.settle", settling, Instant::now()) {
+    if let Some(s) = ctx.obs.step_span("store.settle", settling) {
         s.int("gateway.charged_micro_usd", charged)
             .error(outcome != crate::billing::SettleOutcome::Settled);
     }

@@ -104,8 +104,9 @@ pub async fn handle(
     let request = TokenRequest::new(route, asked, raw, parsed, price)
         .with_channel_prices(gw.config.clone())
         .keeping(prepared.keep);
-    let headers = session.req_header().headers.clone();
-    exchange::run(gw, ctx, key, &headers, &candidates, request).await
+    // Borrowed, not copied: nothing writes to the session until the answer is sent.
+    let headers = &session.req_header().headers;
+    exchange::run(gw, ctx, key, headers, &candidates, request).await
 }
 
 /// The messages protocol's version header, under its neutral or its real name.
