@@ -384,6 +384,9 @@ pub fn run(w: Arc<Writer>, rx: Receiver<Work>) {
             w.gather();
         }
         drain(&rx, &mut jobs, &mut entries, MAX_GROUP);
+        if let Some(j) = w.journal() {
+            j.prepare_ahead();
+        }
         let mut desk = w.desk.lock();
         let Desk { conn, watch, .. } = &mut *desk;
         let changed = watch.changed(conn) | std::mem::take(&mut unread);
