@@ -404,7 +404,8 @@ impl TokenClient for TokenHttp<'_> {
 /// Sends the request; gives the session back (with the channel's timeouts set, which a
 /// pooled session does not take from the peer's options) to read the answer from.
 ///
-/// On HTTP/1 a request with a body goes out as one write of header and body together:
+/// On HTTP/1 a request with a body (up to [`ONE_WRITE_BYTES`]) goes out as one write of
+/// header and body together:
 /// Pingora's session writes and flushes the header on its own, so the body would follow
 /// in a second segment (the upstream waking for each), or both would need `TCP_CORK` set
 /// and cleared around them, two more system calls. The header's bytes are Pingora's own
@@ -441,7 +442,11 @@ async fn send(
     (http, sent)
 }
 
-/// Writes an HTTP/1 request's header and body in one write, within `timeout`.
+/// The largest body sent in the same write as its header ([`write_whole`]).
+const ONE_WRITE_BYTES: usize = 64 * 1024;
+
+/// Writes an HTTP/1 request's header and body, in one write up to [`ONE_WRITE_BYTES`] of
+/// body, within `timeout`.
 async fn write_whole(
     stream: &mut Stream,
     header: &RequestHeader,
@@ -454,9 +459,17 @@ async fn write_whole(
             "the upstream request line holds a forbidden byte",
         )
     })?;
-    wire.extend_from_slice(body);
+    // A body up to this size is copied after the header, for one write; a larger one
+    // (a long conversation, an image) is written from where it is, after the header.
+    let whole = body.len() <= ONE_WRITE_BYTES;
+    if whole {
+        wire.extend_from_slice(body);
+    }
     let write = async {
         stream.write_all(&wire).await?;
+        if !whole {
+            stream.write_all(body).await?;
+        }
         stream.flush().await
     };
     match pingora::prelude::timeout(timeout, write).await {

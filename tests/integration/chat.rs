@@ -217,6 +217,37 @@ async fn a_one_mebibyte_body_reaches_the_upstream_intact() {
     );
 }
 
+/// A request body goes upstream with its header in one write up to 64 KiB, and after it
+/// beyond: either way the upstream reads the whole body, byte for byte, and the pooled
+/// connection serves the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_below_and_above_the_one_write_size_reach_the_upstream_whole() {
+    let up = MockUpstream::start(|r| {
+        let model = r.json()["model"].as_str().unwrap().to_string();
+        Reply::json(200, openai::completion(&model, "ok", openai::usage(1, 1, 0)))
+    })
+    .await;
+    let cfg = format!(
+        "limits: {{ max_body_bytes: 4194304 }}\n{}",
+        mapped_channel(&up.base_url())
+    );
+    let gw = TestGateway::start(&cfg, StoreKind::Embedded).await;
+    let (key, _) = gw.create_key(json!({})).await;
+    for size in [10, 60_000, 66_000, 1_500_000, 20] {
+        let text: String = (0..size).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+        let body = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": text}]});
+        let (status, _, answer) = gw.post("/v1/chat/completions", &key, &body).await;
+        assert_eq!(status, 200, "{size}: {answer}");
+        let seen = up.last();
+        assert_eq!(
+            seen.header("content-length").and_then(|v| v.parse().ok()),
+            Some(seen.body.len()),
+            "{size}"
+        );
+        assert_eq!(seen.json()["messages"][0]["content"], text, "{size}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_over_the_limit_is_413_and_never_sent() {
     let up = MockUpstream::start(|_| Reply::json(200, json!({}))).await;
