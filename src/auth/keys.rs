@@ -39,7 +39,13 @@ pub fn is_well_formed(key: &str) -> bool {
 
 /// Lowercase hex SHA-256 of the key.
 pub fn hash(key: &str) -> String {
-    hex::encode(digest::digest(&digest::SHA256, key.as_bytes()))
+    let d = digest::digest(&digest::SHA256, key.as_bytes());
+    // Into bytes, then one string: `hex::encode` pushes its 64 digits one `char` at a time.
+    let mut out = [0u8; 64];
+    match hex::encode_to_slice(d.as_ref(), &mut out) {
+        Ok(()) => String::from_utf8_lossy(&out).into_owned(),
+        Err(_) => hex::encode(d),
+    }
 }
 
 /// The public id of a key: the first 96 bits of its hash. Derivable from the key without
@@ -84,5 +90,14 @@ mod tests {
         assert_eq!(h.len(), 64);
         assert_eq!(id_from_hash(&h).len(), 28);
         assert_eq!(display(&k), "sk-abc…wxyz");
+    }
+
+    #[test]
+    fn a_keys_hash_is_its_sha256_in_lower_hex() {
+        // SHA-256("abc"), FIPS 180-2 appendix B.1.
+        assert_eq!(
+            hash("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 }
