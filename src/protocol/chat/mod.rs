@@ -142,6 +142,86 @@ pub fn validate(body: &Value) -> Result<(), Invalid> {
 pub fn validate_shallow(top: &Shallow<'_>) -> Result<(), Invalid> {
     super::shallow::check_model(top)?;
     let raw = top.get("messages").ok_or_else(messages_missing)?;
+    if !well_shaped(raw) {
+        messages_refusal(raw)?;
+    }
+    for (field, ok, what) in TYPED {
+        let Some(raw) = top.get(field) else {
+            continue;
+        };
+        let fine = match *field {
+            // Possibly large: judged by their first character.
+            "tools" => Shallow::is_array(raw),
+            "stream_options" => Shallow::is_object(raw),
+            _ => serde_json::from_str::<Value>(raw.get()).is_ok_and(|v| ok(&v)),
+        };
+        if !Shallow::is_null(raw) && !fine {
+            return Err(mistyped(field, what));
+        }
+    }
+    check_choices(top.value("n").as_ref())
+}
+
+/// Whether `messages` is a non-empty array of objects each with a string `role` and a
+/// `content` or `tool_calls`: one pass over the array ([`MessageShape`]). When it is
+/// not, [`messages_refusal`] finds what is wrong and says so.
+fn well_shaped(raw: &serde_json::value::RawValue) -> bool {
+    serde_json::from_str::<Vec<MessageShape>>(raw.get())
+        .is_ok_and(|ms| !ms.is_empty() && ms.iter().all(MessageShape::fine))
+}
+
+/// What the check needs of one message, read in the array's pass: an object (never an
+/// array, which a derived reading would also take), its last `role` as written, and
+/// whether `content` or `tool_calls` is there at all (`null` included).
+struct MessageShape {
+    role_is_string: bool,
+    has_content: bool,
+}
+
+impl MessageShape {
+    fn fine(&self) -> bool {
+        self.role_is_string && self.has_content
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for MessageShape {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::{IgnoredAny, MapAccess, Visitor};
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MessageShape;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a message object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<MessageShape, A::Error> {
+                let mut shape = MessageShape {
+                    role_is_string: false,
+                    has_content: false,
+                };
+                while let Some(name) = m.next_key::<super::shallow::Name<'de>>()? {
+                    match name.0.as_ref() {
+                        "role" => {
+                            let v = m.next_value::<&'de serde_json::value::RawValue>()?;
+                            shape.role_is_string = Shallow::is_string(v);
+                        }
+                        "content" | "tool_calls" => {
+                            m.next_value::<IgnoredAny>()?;
+                            shape.has_content = true;
+                        }
+                        _ => {
+                            m.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(shape)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The refusal of a `messages` that is not well shaped, item by item.
+fn messages_refusal(raw: &serde_json::value::RawValue) -> Result<(), Invalid> {
     let messages = if Shallow::is_array(raw) {
         Shallow::items(raw).ok_or_else(messages_not_array)?
     } else {
@@ -159,21 +239,7 @@ pub fn validate_shallow(top: &Shallow<'_>) -> Result<(), Invalid> {
             return Err(message_without_content(i));
         }
     }
-    for (field, ok, what) in TYPED {
-        let Some(raw) = top.get(field) else {
-            continue;
-        };
-        let fine = match *field {
-            // Possibly large: judged by their first character.
-            "tools" => Shallow::is_array(raw),
-            "stream_options" => Shallow::is_object(raw),
-            _ => serde_json::from_str::<Value>(raw.get()).is_ok_and(|v| ok(&v)),
-        };
-        if !Shallow::is_null(raw) && !fine {
-            return Err(mistyped(field, what));
-        }
-    }
-    check_choices(top.value("n").as_ref())
+    Ok(())
 }
 
 /// [`passthrough_request`] from a body read one level deep: the body is written once,
@@ -338,6 +404,17 @@ mod tests {
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"tools":{}}"#,
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"stream_options":[]}"#,
             r#"{"model":"m","messages":[{"role":"user","content":"x"}],"top_p":null}"#,
+            // The one-pass reading of the messages: an array is not a message, the last
+            // `role` counts, a `null` content is there, an escaped name is its name.
+            r#"{"model":"m","messages":[["user","x"]]}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":"x"},"s"]}"#,
+            r#"{"model":"m","messages":[{"role":"user","role":5,"content":"x"}]}"#,
+            r#"{"model":"m","messages":[{"role":5,"role":"user","content":"x"}]}"#,
+            r#"{"model":"m","messages":[{"role":"user","content":null}]}"#,
+            r#"{"model":"m","messages":[{"role":null,"content":"x"}]}"#,
+            r#"{"model":"m","messages":[{"r\u006fle":"user","c\u006fntent":"x"}]}"#,
+            r#"{"model":"m","messages":[{"role":"user","tool_calls":null},{"role":"tool"}]}"#,
+            r#"{"model":"m","messages":null}"#,
         ];
         for b in bodies {
             let parsed: Value = serde_json::from_str(b).unwrap();
