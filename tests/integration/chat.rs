@@ -224,7 +224,10 @@ async fn a_one_mebibyte_body_reaches_the_upstream_intact() {
 async fn bodies_below_and_above_the_one_write_size_reach_the_upstream_whole() {
     let up = MockUpstream::start(|r| {
         let model = r.json()["model"].as_str().unwrap().to_string();
-        Reply::json(200, openai::completion(&model, "ok", openai::usage(1, 1, 0)))
+        Reply::json(
+            200,
+            openai::completion(&model, "ok", openai::usage(1, 1, 0)),
+        )
     })
     .await;
     let cfg = format!(
