@@ -404,7 +404,7 @@ impl TokenClient for TokenHttp<'_> {
 /// Sends the request; gives the session back (with the channel's timeouts set, which a
 /// pooled session does not take from the peer's options) to read the answer from.
 ///
-/// On HTTP/1 a request with a body (up to [`ONE_WRITE_BYTES`]) goes out as one write of
+/// On HTTP/1 a POST (with a body up to [`ONE_WRITE_BYTES`]) goes out as one write of
 /// header and body together:
 /// Pingora's session writes and flushes the header on its own, so the body would follow
 /// in a second segment (the upstream waking for each), or both would need `TCP_CORK` set
@@ -419,7 +419,9 @@ async fn send(
     timeout: Duration,
 ) -> (HttpSession, pingora::Result<()>) {
     let mut http = match http {
-        HttpSession::H1(h1) if out.method != "GET" => {
+        // Only a POST: a HEAD's answer has no body, which a session that did not write
+        // the request would not know.
+        HttpSession::H1(h1) if out.method == "POST" => {
             let mut stream = h1.into_inner();
             let sent = write_whole(&mut stream, &header, &out.body, timeout).await;
             let mut h1 = v1::HttpSession::new_with_options(stream, peer);
