@@ -59,6 +59,30 @@ pub fn now_secs() -> i64 {
     (now_nanos() / 1_000_000_000) as i64
 }
 
+/// Hashing for maps and sets keyed by a `u64` id that is numbered in order or already a
+/// hash (a registration, a hashed request id): one multiply spreads it over the table's
+/// hash bits, where SipHash would cost more than the whole look-up. Not for keys a
+/// client chooses.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(self.0 ^ u64::from(*b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Builds [`IdHasher`]s: `HashMap<u64, V, IdHash>`.
+pub type IdHash = std::hash::BuildHasherDefault<IdHasher>;
+
 /// A request id: 12 hex digits of Unix milliseconds, then 16 random hex digits. Sorting
 /// ids as strings sorts them by arrival time.
 pub fn request_id() -> String {
@@ -87,6 +111,16 @@ mod tests {
         assert_eq!(a.len(), 28);
         assert_ne!(a, b);
         assert!(a[..12] <= b[..12]);
+    }
+
+    #[test]
+    fn ids_numbered_in_order_spread_over_the_top_bits() {
+        use std::hash::BuildHasher;
+        // hashbrown tells entries apart by a hash's top 7 bits.
+        let tags: std::collections::HashSet<u64> = (0..128u64)
+            .map(|i| IdHash::default().hash_one(i) >> 57)
+            .collect();
+        assert!(tags.len() > 64, "{} tags of 128", tags.len());
     }
 
     #[test]

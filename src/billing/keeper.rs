@@ -30,28 +30,10 @@ struct Held {
     runtime: tokio::runtime::Handle,
 }
 
-/// Registrations are numbered in order: a multiply spreads the numbers over the
-/// table's hash bits, where SipHash would cost more than the whole look-up.
-#[derive(Default)]
-struct Sequential(u64);
-
-impl std::hash::Hasher for Sequential {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
 #[derive(Default)]
 struct Keeper {
-    held: Mutex<HashMap<u64, Held, std::hash::BuildHasherDefault<Sequential>>>,
+    /// By registration number, numbered in order.
+    held: Mutex<HashMap<u64, Held, crate::ids::IdHash>>,
     next: AtomicU64,
 }
 

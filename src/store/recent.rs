@@ -11,31 +11,14 @@
 //! records (the `settled` table, Redis tombstones) stay the authority for settling.
 
 use std::collections::HashSet;
-use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
 /// How long a generation lasts: ids are remembered for 15 to 30 minutes.
 pub const GENERATION: Duration = Duration::from_secs(15 * 60);
 
-/// The sets hold hashes already: each is its own bucket's hash, not hashed again.
-#[derive(Default)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-
-type Hashes = HashSet<u64, BuildHasherDefault<Prehashed>>;
+/// The sets hold hashes already: hashing them again with SipHash would be wasted.
+type Hashes = HashSet<u64, crate::ids::IdHash>;
 
 pub struct RecentIds {
     current: Hashes,
