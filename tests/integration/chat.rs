@@ -16,14 +16,7 @@ fn mapped_channel(base: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_streaming_relays_maps_the_model_and_bills_real_usage() {
-    let up = MockUpstream::start(|r| {
-        let model = r.json()["model"].as_str().unwrap().to_string();
-        Reply::json(
-            200,
-            openai::completion(&model, "Hi there", openai::usage(10, 20, 4)),
-        )
-    })
-    .await;
+    let up = MockUpstream::completing("Hi there", openai::usage(10, 20, 4)).await;
     let gw = TestGateway::start(&mapped_channel(&up.base_url()), StoreKind::Embedded).await;
     let (key, id) = gw.create_key(json!({"name": "t"})).await;
 
@@ -180,14 +173,7 @@ async fn streaming_keeps_the_usage_chunk_when_asked() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_one_mebibyte_body_reaches_the_upstream_intact() {
-    let up = MockUpstream::start(|r| {
-        let model = r.json()["model"].as_str().unwrap().to_string();
-        Reply::json(
-            200,
-            openai::completion(&model, "ok", openai::usage(1, 1, 0)),
-        )
-    })
-    .await;
+    let up = MockUpstream::completing("ok", openai::usage(1, 1, 0)).await;
     let gw = TestGateway::start(&mapped_channel(&up.base_url()), StoreKind::Embedded).await;
     let (key, _) = gw.create_key(json!({})).await;
     // Far above Pingora's 64 KiB replay buffer, with every byte value a JSON string can hold.
@@ -222,14 +208,7 @@ async fn a_one_mebibyte_body_reaches_the_upstream_intact() {
 /// connection serves the next request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_below_and_above_the_one_write_size_reach_the_upstream_whole() {
-    let up = MockUpstream::start(|r| {
-        let model = r.json()["model"].as_str().unwrap().to_string();
-        Reply::json(
-            200,
-            openai::completion(&model, "ok", openai::usage(1, 1, 0)),
-        )
-    })
-    .await;
+    let up = MockUpstream::completing("ok", openai::usage(1, 1, 0)).await;
     let cfg = format!(
         "limits: {{ max_body_bytes: 4194304 }}\n{}",
         mapped_channel(&up.base_url())
@@ -314,14 +293,7 @@ async fn upstream_errors_are_sanitized_and_refunded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_an_unopened_connection_falls_over_to_the_next_channel() {
-    let up = MockUpstream::start(|r| {
-        let model = r.json()["model"].as_str().unwrap().to_string();
-        Reply::json(
-            200,
-            openai::completion(&model, "from backup", openai::usage(1, 1, 0)),
-        )
-    })
-    .await;
+    let up = MockUpstream::completing("from backup", openai::usage(1, 1, 0)).await;
     // A port with nothing listening: bind, note it, close it.
     let dead = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -467,11 +439,7 @@ async fn a_silent_upstream_times_out_with_a_clean_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstream_connections_are_reused() {
-    let up = MockUpstream::start(|r| {
-        let model = r.json()["model"].as_str().unwrap().to_string();
-        Reply::json(200, openai::completion(&model, "x", openai::usage(1, 1, 0)))
-    })
-    .await;
+    let up = MockUpstream::completing("x", openai::usage(1, 1, 0)).await;
     let gw = TestGateway::start(&openai_channel(&up.base_url(), &["m"]), StoreKind::Embedded).await;
     let (key, _) = gw.create_key(json!({})).await;
     for _ in 0..10 {

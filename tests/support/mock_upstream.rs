@@ -134,6 +134,16 @@ impl MockUpstream {
         }
     }
 
+    /// An OpenAI chat upstream that answers every request whole, with `text` and `usage`,
+    /// for the model the request named.
+    pub async fn completing(text: &'static str, usage: serde_json::Value) -> MockUpstream {
+        MockUpstream::start(move |r| {
+            let model = r.json()["model"].as_str().unwrap().to_string();
+            Reply::json(200, openai::completion(&model, text, usage.clone()))
+        })
+        .await
+    }
+
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)
     }
