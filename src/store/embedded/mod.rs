@@ -133,6 +133,7 @@ impl EmbeddedStore {
         )
         .map_err(internal)?;
         sql::migrate(&conn)?;
+        sql::tune_writer(&conn)?;
         conn.set_prepared_statement_cache_capacity(64);
         let ckpt = Connection::open(&db).map_err(internal)?;
         let readers = Readers::open(&db)?;

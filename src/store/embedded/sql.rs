@@ -81,6 +81,19 @@ pub fn migrate(conn: &Connection) -> StoreResult<()> {
     Ok(())
 }
 
+/// Settings of the writing connection that only change how fast it writes: the query
+/// planner stability guarantee, so that a bound value never recompiles a statement
+/// (SQLite otherwise recompiles the usage trim at every run, as its `LIMIT` is a bound
+/// value the planner could use: about 6 % of the writer thread under load).
+pub fn tune_writer(conn: &Connection) -> StoreResult<()> {
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )
+    .map(|_| ())
+    .map_err(internal)
+}
+
 /// A policy as stored: `NULL` when it limits nothing and names no zone.
 pub fn policy_json(p: &Policy) -> Option<String> {
     if *p == Policy::default() {

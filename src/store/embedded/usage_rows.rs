@@ -104,15 +104,10 @@ impl UsageRows {
         };
         let over = rows - self.cap;
         if over >= self.slack {
-            // SQLite compiles this statement again at every run (its `LIMIT` is a bound
-            // value), which is why it runs once per slack, not once per insert.
-            exec(
-                c,
-                "DELETE FROM usage WHERE seq IN (
-                   SELECT seq FROM usage WHERE key_id = ?1 ORDER BY seq LIMIT ?2)",
-                params![key_id, over],
-            )
-            .map_err(internal)?;
+            // Without the writer's planner guarantee (`sql::tune_writer`) SQLite compiles
+            // this statement again at every run (its `LIMIT` is a bound value); it runs
+            // once per slack, not once per insert, either way.
+            exec(c, TRIM, params![key_id, over]).map_err(internal)?;
             if let Some(r) = keys.get_mut(key_id) {
                 r.rows = self.cap;
             }
@@ -120,6 +115,10 @@ impl UsageRows {
         Ok(())
     }
 }
+
+/// Deletes the key's `?2` oldest rows.
+const TRIM: &str = "DELETE FROM usage WHERE seq IN (
+   SELECT seq FROM usage WHERE key_id = ?1 ORDER BY seq LIMIT ?2)";
 
 /// Most rows one insert statement carries.
 const CHUNK: usize = 16;
@@ -145,6 +144,7 @@ mod tests {
     fn table() -> Connection {
         let c = Connection::open_in_memory().unwrap();
         c.execute_batch(super::super::sql::SCHEMA).unwrap();
+        super::super::sql::tune_writer(&c).unwrap();
         c
     }
 
@@ -222,6 +222,33 @@ mod tests {
         // After the recount (every cap's worth of inserts), the key is full again.
         insert_each(&u, &c, "a", 6..9);
         assert_eq!(rows(&c, "a"), ["a6", "a7", "a8"]);
+    }
+
+    /// The trim is compiled once on the writer's connection, though its `LIMIT` changes
+    /// from one run to the next.
+    #[test]
+    fn the_trim_is_not_compiled_again_for_each_limit() {
+        let c = table();
+        let u = UsageRows::with_cap(10);
+        // Trims of 1, 2 and 3 rows (the slack is 1).
+        for (n, extra) in [(0, 11), (1, 2), (2, 3)] {
+            for i in 0..extra {
+                u.insert(&c, "a", &format!("{n}-{i}")).unwrap();
+            }
+        }
+        assert_eq!(rows(&c, "a").len(), 10);
+        let st = c.prepare_cached(TRIM).unwrap();
+        assert_eq!(st.get_status(rusqlite::StatementStatus::RePrepare), 0);
+        // Without the guarantee the same runs recompile it.
+        let plain = Connection::open_in_memory().unwrap();
+        plain.execute_batch(super::super::sql::SCHEMA).unwrap();
+        for (n, extra) in [(0, 11), (1, 2), (2, 3)] {
+            for i in 0..extra {
+                u.insert(&plain, "b", &format!("{n}-{i}")).unwrap();
+            }
+        }
+        let st = plain.prepare_cached(TRIM).unwrap();
+        assert!(st.get_status(rusqlite::StatementStatus::RePrepare) > 0);
     }
 
     /// A batch leaves what its rows inserted one at a time leave, in the same order,
