@@ -172,13 +172,19 @@ pub const COST_HEADER: &str = "x-gateway-cost-usd";
 /// Present (`true`) when that cost was counted by the gateway, not reported upstream.
 pub const COST_ESTIMATED_HEADER: &str = "x-gateway-cost-estimated";
 
+/// Headers an answer's header has room for before it grows: its own five or so and the
+/// key's limits (up to eight).
+const HEADER_ROOM: usize = 16;
+
 pub fn response_header(
     ctx: &Ctx,
     status: u16,
     content_type: &str,
     len: Option<usize>,
 ) -> Option<ResponseHeader> {
-    let mut h = ResponseHeader::build(status, Some(4)).ok()?;
+    // Names go out in lower case (as in HTTP/2; every HTTP/1.1 client reads them alike):
+    // each insert then costs one map, not two. Room for the limit and cost headers.
+    let mut h = ResponseHeader::build_no_case(status, Some(HEADER_ROOM)).ok()?;
     let _ = h.insert_header(http::header::CONTENT_TYPE, content_type);
     let _ = h.insert_header("x-request-id", ctx.request_id.as_str());
     ctx.limits().write(&mut h);
@@ -190,7 +196,7 @@ pub fn response_header(
     }
     match len {
         Some(n) => {
-            let _ = h.insert_header(http::header::CONTENT_LENGTH, n.to_string());
+            let _ = h.insert_header(http::header::CONTENT_LENGTH, http::HeaderValue::from(n));
         }
         None => {
             let _ = h.insert_header(http::header::CACHE_CONTROL, "no-cache");
