@@ -11,6 +11,7 @@
 
 pub(crate) mod body;
 pub mod exchange;
+mod head;
 mod kept;
 pub mod media;
 pub mod meter;

@@ -4,8 +4,9 @@
 //! so body-routed requests are sent from here instead: header, whole body, then the
 //! response is read as it arrives (README, "Architecture": why the relay drives the upstream itself).
 
+use super::head;
 use crate::channels::cloud::{AuthError, Cloud, Outbound, Target, TokenAnswer, TokenClient};
-use crate::channels::{Channel, ChannelProtocol, ErrorKind};
+use crate::channels::{Channel, ErrorKind};
 use crate::errors::{GatewayError, UpstreamFailure};
 use crate::gateway::Gateway;
 use bytes::{Bytes, BytesMut};
@@ -13,21 +14,11 @@ use pingora::http::RequestHeader;
 use pingora::protocols::http::client::HttpSession;
 use pingora::protocols::http::v1::client as v1;
 use pingora::protocols::Stream;
-use pingora::upstreams::peer::HttpPeer;
+use pingora::upstreams::peer::{HttpPeer, Peer};
 use pingora::{Error, ErrorType, OrErr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
-
-/// Headers a client may pass on to an upstream of its own protocol; everything else the
-/// client sent (its credentials above all) stays at the gateway.
-const FORWARDED: &[(&str, ChannelProtocol)] = &[
-    ("anthropic-beta", ChannelProtocol::Anthropic),
-    ("openai-beta", ChannelProtocol::OpenAi),
-];
-
-/// `anthropic-version` when the client did not choose one (it is required upstream).
-const DEFAULT_MESSAGES_VERSION: &str = "2023-06-01";
 
 pub struct Outgoing<'a> {
     /// `POST`, or `GET` (sent without a body).
@@ -110,6 +101,10 @@ impl Exchange {
             Some((o, auth)) => (&o.outgoing(out), auth.as_slice()),
             None => (out, &[][..]),
         };
+        let h1_only = peer
+            .get_peer_options()
+            .is_none_or(|o| o.alpn.get_max_http_version() == 1);
+        let wire = head::wire_ready(&channel, out, h1_only);
         // A pooled connection the upstream closed while idle fails on the first write;
         // nothing reached the upstream then, so one fresh connection is tried.
         let mut attempts = 0;
@@ -118,7 +113,18 @@ impl Exchange {
             // Built for each attempt: a second one rarely comes, so nothing is kept for it.
             // Logged here as well: the next channel may answer, and this failure with it
             // would never reach the client's 500.
-            let header = request_header(&channel, out, key.secret, auth).map_err(|e| {
+            let header = if wire {
+                let room = if out.body.len() <= ONE_WRITE_BYTES {
+                    out.body.len()
+                } else {
+                    0
+                };
+                head::wire_header(&channel, out, key.secret, room).map(Head::Wire)
+            } else {
+                head::request_header(&channel, out, key.secret, auth)
+                    .map(|h| Head::Pingora(Box::new(h)))
+            };
+            let header = header.map_err(|e| {
                 tracing::error!(channel = %channel.name, error = %e, "cannot build upstream request");
                 let doing = format!("building the request for channel {}", channel.name);
                 OpenError::NotSent(GatewayError::internal_from(doing, e))
@@ -401,6 +407,14 @@ impl TokenClient for TokenHttp<'_> {
     }
 }
 
+/// An upstream request's header, as built for the way it goes out ([`head`]).
+enum Head {
+    /// HTTP/1.1 bytes, for a `POST` to an upstream that speaks only HTTP/1.
+    Wire(head::Wire),
+    /// Boxed as Pingora's session takes it.
+    Pingora(Box<RequestHeader>),
+}
+
 /// Sends the request; gives the session back (with the channel's timeouts set, which a
 /// pooled session does not take from the peer's options) to read the answer from.
 ///
@@ -408,33 +422,44 @@ impl TokenClient for TokenHttp<'_> {
 /// header and body together:
 /// Pingora's session writes and flushes the header on its own, so the body would follow
 /// in a second segment (the upstream waking for each), or both would need `TCP_CORK` set
-/// and cleared around them, two more system calls. The header's bytes are Pingora's own
-/// serialization, checks included; the session is then made again on the same
-/// connection to read the answer, as the pool makes one for every reuse.
+/// and cleared around them, two more system calls. The header's bytes are written as
+/// they are built ([`head::Wire`]) or are Pingora's own serialization, checks included;
+/// the session is then made again on the same connection to read the answer, as the
+/// pool makes one for every reuse.
 async fn send(
     http: HttpSession,
-    header: RequestHeader,
+    header: Head,
     out: &Outgoing<'_>,
     peer: &HttpPeer,
     timeout: Duration,
 ) -> (HttpSession, pingora::Result<()>) {
-    let mut http = match http {
+    let (mut http, header) = match (http, header) {
         // Only a POST: a HEAD's answer has no body, which a session that did not write
         // the request would not know.
-        HttpSession::H1(h1) if out.method == "POST" => {
+        (HttpSession::H1(h1), header) if out.method == "POST" => {
             let mut stream = h1.into_inner();
-            let sent = write_whole(&mut stream, &header, &out.body, timeout).await;
+            let sent = match wire_bytes(header) {
+                Ok(wire) => write_whole(&mut stream, wire, &out.body, timeout).await,
+                Err(e) => Err(e),
+            };
             let mut h1 = v1::HttpSession::new_with_options(stream, peer);
             h1.read_timeout = Some(timeout);
             h1.write_timeout = Some(timeout);
             return (HttpSession::H1(h1), sent);
         }
-        other => other,
+        (other, Head::Pingora(header)) => (other, header),
+        (other, Head::Wire(_)) => {
+            let e = Error::explain(
+                ErrorType::InternalError,
+                "an HTTP/1 request header for a session of another version",
+            );
+            return (other, Err(e));
+        }
     };
     http.set_read_timeout(Some(timeout));
     http.set_write_timeout(Some(timeout));
     let sent = async {
-        http.write_request_header(Box::new(header)).await?;
+        http.write_request_header(header).await?;
         if out.method != "GET" {
             http.write_request_body(out.body.clone(), true).await?;
         }
@@ -444,6 +469,21 @@ async fn send(
     (http, sent)
 }
 
+/// The header's bytes, ended: as built, or Pingora's serialization of its header.
+fn wire_bytes(header: Head) -> pingora::Result<Vec<u8>> {
+    match header {
+        Head::Wire(w) => Ok(w.finish()),
+        Head::Pingora(h) => v1::http_req_header_to_wire(&h)
+            .map(Vec::from)
+            .ok_or_else(|| {
+                Error::explain(
+                    ErrorType::InvalidHTTPHeader,
+                    "the upstream request line holds a forbidden byte",
+                )
+            }),
+    }
+}
+
 /// The largest body sent in the same write as its header ([`write_whole`]).
 const ONE_WRITE_BYTES: usize = 64 * 1024;
 
@@ -451,16 +491,10 @@ const ONE_WRITE_BYTES: usize = 64 * 1024;
 /// body, within `timeout`.
 async fn write_whole(
     stream: &mut Stream,
-    header: &RequestHeader,
+    mut wire: Vec<u8>,
     body: &[u8],
     timeout: Duration,
 ) -> pingora::Result<()> {
-    let mut wire = v1::http_req_header_to_wire(header).ok_or_else(|| {
-        Error::explain(
-            ErrorType::InvalidHTTPHeader,
-            "the upstream request line holds a forbidden byte",
-        )
-    })?;
     // A body up to this size is copied after the header, for one write; a larger one
     // (a long conversation, an image) is written from where it is, after the header.
     let whole = body.len() <= ONE_WRITE_BYTES;
@@ -481,96 +515,6 @@ async fn write_whole(
             "while writing the upstream request (timeout)",
         ),
     }
-}
-
-/// The header of one upstream request. `auth`: a cloud channel's own authentication,
-/// which takes the place of the protocol's key header.
-fn request_header(
-    channel: &Channel,
-    out: &Outgoing<'_>,
-    key: &str,
-    auth: &[(&'static str, String)],
-) -> pingora::Result<RequestHeader> {
-    let path = format!("{}{}", channel.path_prefix, out.path);
-    // Without the map that keeps each name's case as written: names go out in lower case
-    // (as in HTTP/2), which every HTTP/1.1 server reads alike, and each insert costs one
-    // map instead of two.
-    let mut h = RequestHeader::build_no_case(out.method, path.as_bytes(), Some(8))?;
-    h.insert_header(http::header::HOST, channel.authority())?;
-    if out.method != "GET" {
-        h.insert_header(http::header::CONTENT_TYPE, out.content_type)?;
-        h.insert_header(
-            http::header::CONTENT_LENGTH,
-            http::HeaderValue::from(out.body.len()),
-        )?;
-    }
-    h.insert_header(
-        http::header::ACCEPT,
-        if out.stream {
-            "text/event-stream"
-        } else {
-            "*/*"
-        },
-    )?;
-    h.insert_header(
-        http::header::USER_AGENT,
-        concat!("model-gateway/", env!("CARGO_PKG_VERSION")),
-    )?;
-    if let Some(signer) = &channel.signer {
-        let req = crate::channels::credentials::Request {
-            method: out.method,
-            path: &path,
-            host: channel.authority(),
-            content_type: (out.method != "GET").then_some(out.content_type),
-            body: &out.body,
-        };
-        for (name, value) in signer.headers(&req, crate::ids::now_secs()) {
-            h.insert_header(name, value)?;
-        }
-    }
-    if channel.cloud.is_some() {
-        for (name, value) in auth {
-            h.insert_header(*name, value.as_str())?;
-        }
-        return Ok(h);
-    }
-    match channel.protocol {
-        ChannelProtocol::OpenAi
-        | ChannelProtocol::Demo
-        | ChannelProtocol::Azure
-        | ChannelProtocol::VideoA
-        | ChannelProtocol::VideoB
-        | ChannelProtocol::DashScope => {
-            if !key.is_empty() && channel.signer.is_none() {
-                h.insert_header(http::header::AUTHORIZATION, format!("Bearer {key}"))?;
-            }
-        }
-        ChannelProtocol::Anthropic => {
-            if !key.is_empty() {
-                h.insert_header("x-api-key", key)?;
-            }
-            let version = ["anthropic-version", "msg-version"]
-                .iter()
-                .find_map(|n| out.client_headers.get(*n).and_then(|v| v.to_str().ok()))
-                .unwrap_or(DEFAULT_MESSAGES_VERSION);
-            h.insert_header("anthropic-version", version.to_string())?;
-        }
-        ChannelProtocol::Gemini => {
-            if !key.is_empty() {
-                h.insert_header("x-goog-api-key", key)?;
-            }
-        }
-        // Authenticated by their cloud part (above).
-        ChannelProtocol::Bedrock | ChannelProtocol::Vertex => {}
-    }
-    for (name, proto) in FORWARDED {
-        if *proto == channel.protocol {
-            if let Some(v) = out.client_headers.get(*name) {
-                h.insert_header(*name, v.clone())?;
-            }
-        }
-    }
-    Ok(h)
 }
 
 /// The health kind of a transport error; `other` for a broken connection.
