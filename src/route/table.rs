@@ -69,6 +69,9 @@ pub struct Endpoint<T: 'static> {
     pub target: T,
     /// The path has a `{parameter}` (known when the row is made, not per lookup).
     templated: bool,
+    /// How long the path's literal start is (up to its `{`, or all of it): a path
+    /// without that start is not this row's, found without splitting it.
+    fixed: usize,
 }
 
 impl<T> Endpoint<T> {
@@ -79,6 +82,7 @@ impl<T> Endpoint<T> {
             param: Param::Segment,
             target,
             templated: has_parameter(path),
+            fixed: literal_len(path),
         }
     }
 
@@ -92,6 +96,12 @@ impl<T> Endpoint<T> {
     pub fn matches<'p>(&self, path: &'p str) -> Option<&'p str> {
         if !self.templated {
             return (self.path == path).then_some("");
+        }
+        if !path
+            .as_bytes()
+            .starts_with(&self.path.as_bytes()[..self.fixed])
+        {
+            return None;
         }
         let mut param = "";
         let mut want = self.path.split('/');
@@ -120,15 +130,20 @@ impl<T> Endpoint<T> {
 
 /// Whether a template has a `{parameter}`.
 const fn has_parameter(path: &str) -> bool {
+    literal_len(path) < path.len()
+}
+
+/// The length of a template's start before its first `{` (all of it without one).
+const fn literal_len(path: &str) -> usize {
     let b = path.as_bytes();
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'{' {
-            return true;
+            return i;
         }
         i += 1;
     }
-    false
+    b.len()
 }
 
 /// The outcome of looking a request up in a table.
@@ -201,6 +216,12 @@ mod tests {
         assert_eq!(row("/v1/models").matches("/v1/models/x"), None);
         let content = row("/v1/videos/{task_id}/content");
         assert_eq!(content.matches("/v1/videos/t1/content"), Some("t1"));
+        // Paths without the literal start are refused before any split.
+        assert_eq!(content.matches("/v1/video/t1/content"), None);
+        assert_eq!(content.matches("/v1/videos"), None);
+        assert_eq!(content.matches("/v2/videos/t1/content"), None);
+        assert_eq!(literal_len("/v1/videos/{task_id}/content"), 11);
+        assert_eq!(literal_len("/v1/models"), 10);
         assert_eq!(content.matches("/v1/videos//content"), None);
         assert_eq!(content.matches("/v1/videos/a/b/content"), None);
         let action = row("/v1beta/models/{model}:generateContent");
