@@ -5,6 +5,7 @@
 //! response is read as it arrives (README, "Architecture": why the relay drives the upstream itself).
 
 use super::head;
+pub use super::head::Outgoing;
 use crate::channels::cloud::{AuthError, Cloud, Outbound, Target, TokenAnswer, TokenClient};
 use crate::channels::{Channel, ErrorKind};
 use crate::errors::{GatewayError, UpstreamFailure};
@@ -19,23 +20,6 @@ use pingora::{Error, ErrorType, OrErr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
-
-pub struct Outgoing<'a> {
-    /// `POST`, or `GET` (sent without a body).
-    pub method: &'a str,
-    /// Path and query, after the channel's own path prefix.
-    pub path: &'a str,
-    pub body: Bytes,
-    /// `application/json`, or a multipart type with its boundary.
-    pub content_type: &'a str,
-    pub stream: bool,
-    /// The model name sent upstream (a cloud builds its path from it); `""` where none.
-    pub model: &'a str,
-    /// The wire protocol of a chat-style body; `None` for media and video bodies.
-    pub wire: Option<crate::protocol::Protocol>,
-    /// The client's request headers, for the few that are forwarded.
-    pub client_headers: &'a http::HeaderMap,
-}
 
 /// An exchange whose request was sent and whose response header has arrived.
 pub struct Exchange {
