@@ -104,6 +104,26 @@ pub struct Live {
     last_error: parking_lot::Mutex<Option<String>>,
 }
 
+/// The listeners' fronts read their TLS and PROXY protocol settings from the running
+/// configuration, for each connection.
+impl crate::tls::front::Settings for Live {
+    fn listening(&self, side: crate::tls::front::Side) -> crate::tls::front::Listening {
+        use crate::tls::front::{Listening, Side};
+        let gw = self.current();
+        let (tls, trusted) = match side {
+            Side::Client => (gw.config.tls.as_ref(), gw.config.proxy_protocol.clone()),
+            Side::Admin => (
+                gw.config.admin.as_ref().and_then(|a| a.tls.as_ref()),
+                Arc::from([]),
+            ),
+        };
+        Listening {
+            tls: tls.map(|t| t.server.clone()),
+            trusted,
+        }
+    }
+}
+
 /// What a successful reload changed.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Reloaded {

@@ -253,7 +253,7 @@ pub struct Config {
     /// TLS on the client listener.
     pub tls: Option<crate::tls::TlsConfig>,
     /// Balancers trusted to send a PROXY header; empty: the PROXY protocol is off.
-    pub proxy_protocol: Vec<IpNet>,
+    pub proxy_protocol: Arc<[IpNet]>,
     /// Stored responses (see [`raw::RawResponses`]).
     pub responses: ResponsesConfig,
 }
@@ -402,7 +402,7 @@ impl Config {
             upgrade_sock: PathBuf::from(raw.upgrade_sock),
             source: None,
             tls,
-            proxy_protocol,
+            proxy_protocol: proxy_protocol.into(),
             responses,
         })
     }

@@ -5,13 +5,13 @@
 
 use super::prefixed::Prefixed;
 use super::proxy_protocol::{self, Parsed};
-use crate::gateway::Live;
 use bytes::{Buf, BytesMut};
 use ipnet::IpNet;
 use pingora::listeners::tls::Acceptor;
 use pingora::protocols::l4::socket::SocketAddr as PingoraAddr;
 use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::{GetSocketDigest, SocketDigest, Stream};
+use rustls::ServerConfig;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,25 +40,35 @@ pub enum Opened {
     Gone,
 }
 
+/// A listener's TLS and PROXY protocol settings as they run when a connection opens (a
+/// reload may change them between two connections).
+pub struct Listening {
+    /// What the handshake runs with; `None`: plain HTTP.
+    pub tls: Option<Arc<ServerConfig>>,
+    /// The balancers trusted to send a PROXY header.
+    pub trusted: Arc<[IpNet]>,
+}
+
+/// Where a front reads its listener's running settings (the running configuration).
+pub trait Settings: Send + Sync {
+    fn listening(&self, side: Side) -> Listening;
+}
+
 /// The running configuration's TLS and PROXY protocol for one listener.
 pub struct Front {
-    live: Arc<Live>,
+    settings: Arc<dyn Settings>,
     side: Side,
 }
 
 impl Front {
-    pub fn new(live: Arc<Live>, side: Side) -> Front {
-        Front { live, side }
+    pub fn new(settings: Arc<dyn Settings>, side: Side) -> Front {
+        Front { settings, side }
     }
 
     /// Reads a PROXY header (when trusted addresses are configured) and negotiates TLS
     /// (when the listener has it), all before `deadline`.
     pub async fn open(&self, stream: Stream, deadline: Instant) -> Opened {
-        let gw = self.live.current();
-        let (tls, trusted): (_, &[IpNet]) = match self.side {
-            Side::Client => (gw.config.tls.as_ref(), &gw.config.proxy_protocol),
-            Side::Admin => (gw.config.admin.as_ref().and_then(|a| a.tls.as_ref()), &[]),
-        };
+        let Listening { tls, trusted } = self.settings.listening(self.side);
         if tls.is_none() && trusted.is_empty() {
             return Opened::Ready(stream);
         }
@@ -72,7 +82,7 @@ impl Front {
         };
         let mut buf = BytesMut::with_capacity(512);
         if !trusted.is_empty() {
-            match proxy_header(&mut l4, &mut buf, trusted, deadline).await {
+            match proxy_header(&mut l4, &mut buf, &trusted, deadline).await {
                 Ok(()) => {}
                 Err(reason) => {
                     tracing::debug!(reason, "connection refused before TLS");
@@ -91,7 +101,7 @@ impl Front {
         if buf[0] != TLS_HANDSHAKE_RECORD {
             return Opened::Plain(Box::new(l4));
         }
-        let acceptor = Acceptor::from_server_config(tls.server.clone());
+        let acceptor = Acceptor::from_server_config(tls);
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, acceptor.tls_handshake(l4)).await {
             Ok(Ok(s)) => Opened::Ready(Box::new(s)),
