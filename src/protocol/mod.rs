@@ -214,6 +214,20 @@ impl ChargeOf {
     }
 }
 
+/// `n` in decimal digits, written at the end of `buf` (without `format!`, for the
+/// per-request headers and texts that showed it in the profile).
+pub fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
 /// Micro-USD as a decimal number of USD, exact (`435` → `0.000435`): the form of the
 /// cost header and of `cost_usd` in usage objects.
 pub fn usd_text(micros: i64) -> String {
@@ -221,21 +235,15 @@ pub fn usd_text(micros: i64) -> String {
     // budget (three times), where `format!` showed in the profile.
     let m = micros.unsigned_abs();
     let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    let mut whole = m / 1_000_000;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (whole % 10) as u8;
-        whole /= 10;
-        if whole == 0 {
-            break;
-        }
-    }
     let mut out = String::with_capacity(28);
     if micros < 0 {
         out.push('-');
     }
-    out.extend(digits[at..].iter().map(|&d| char::from(d)));
+    out.extend(
+        decimal(m / 1_000_000, &mut digits)
+            .iter()
+            .map(|&d| char::from(d)),
+    );
     let mut frac = m % 1_000_000;
     if frac != 0 {
         out.push('.');
@@ -563,8 +571,15 @@ impl StreamTranslator for NotAClient {
 
 #[cfg(test)]
 mod usd_text_tests {
-    use super::usd_text;
+    use super::{decimal, usd_text};
     use proptest::prelude::*;
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        for n in [0, 7, 10, 65_536, 1_048_576, u64::MAX] {
+            assert_eq!(decimal(n, &mut [0; 20]), n.to_string().as_bytes());
+        }
+    }
 
     #[test]
     fn dollars_with_the_fraction_trimmed() {

@@ -7,6 +7,7 @@
 //! then a walk to serialize it): about 2 µs of a small chat's 35 µs budget.
 
 use crate::channels::{Channel, ChannelProtocol};
+use crate::protocol::decimal;
 use bytes::Bytes;
 use pingora::http::RequestHeader;
 use pingora::{Error, ErrorType, OrErr};
@@ -116,19 +117,6 @@ impl Fields for Wire {
     }
 }
 
-/// `n` in decimal digits, written at the end of `buf`.
-fn decimal(mut n: usize, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[at..];
-        }
-    }
-}
-
 /// Whether the header may go out as [`Wire`] bytes: a `POST` without a cloud's or a
 /// signer's fields, to an upstream that speaks only HTTP/1 (a plain `http://` one).
 pub fn wire_ready(channel: &Channel, out: &Outgoing<'_>, h1_only: bool) -> bool {
@@ -175,7 +163,8 @@ fn fields(
     if out.method != "GET" {
         h.put("content-type", out.content_type.as_bytes())?;
         let mut digits = [0; 20];
-        h.put("content-length", decimal(out.body.len(), &mut digits))?;
+        let len = decimal(out.body.len() as u64, &mut digits);
+        h.put("content-length", len)?;
     }
     let accept = if out.stream {
         "text/event-stream"
@@ -321,13 +310,6 @@ mod tests {
                 !wire_ready(&c, &out, false),
                 "an upstream that may speak HTTP/2"
             );
-        }
-    }
-
-    #[test]
-    fn lengths_are_written_in_decimal() {
-        for n in [0, 7, 10, 65_536, 1_048_576, usize::MAX] {
-            assert_eq!(decimal(n, &mut [0; 20]), n.to_string().as_bytes());
         }
     }
 

@@ -98,7 +98,7 @@ impl Exchange {
             // Logged here as well: the next channel may answer, and this failure with it
             // would never reach the client's 500.
             let header = if wire {
-                let room = if out.body.len() <= ONE_WRITE_BYTES {
+                let room = if in_one_write(&out.body) {
                     out.body.len()
                 } else {
                     0
@@ -471,6 +471,13 @@ fn wire_bytes(header: Head) -> pingora::Result<Vec<u8>> {
 /// The largest body sent in the same write as its header ([`write_whole`]).
 const ONE_WRITE_BYTES: usize = 64 * 1024;
 
+/// Whether `body` goes out in the same write as its header: up to this size it is copied
+/// after the header; a larger one (a long conversation, an image) is written from where
+/// it is, after the header.
+fn in_one_write(body: &[u8]) -> bool {
+    body.len() <= ONE_WRITE_BYTES
+}
+
 /// Writes an HTTP/1 request's header and body, in one write up to [`ONE_WRITE_BYTES`] of
 /// body, within `timeout`.
 async fn write_whole(
@@ -479,9 +486,7 @@ async fn write_whole(
     body: &[u8],
     timeout: Duration,
 ) -> pingora::Result<()> {
-    // A body up to this size is copied after the header, for one write; a larger one
-    // (a long conversation, an image) is written from where it is, after the header.
-    let whole = body.len() <= ONE_WRITE_BYTES;
+    let whole = in_one_write(body);
     if whole {
         wire.extend_from_slice(body);
     }

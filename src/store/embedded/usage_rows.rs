@@ -228,25 +228,22 @@ mod tests {
     /// from one run to the next.
     #[test]
     fn the_trim_is_not_compiled_again_for_each_limit() {
-        let c = table();
         let u = UsageRows::with_cap(10);
         // Trims of 1, 2 and 3 rows (the slack is 1).
-        for (n, extra) in [(0, 11), (1, 2), (2, 3)] {
-            for i in 0..extra {
-                u.insert(&c, "a", &format!("{n}-{i}")).unwrap();
+        let trims = |c: &Connection, key: &str| {
+            for extra in [11, 2, 3] {
+                insert_each(&u, c, key, 0..extra);
             }
-        }
+        };
+        let c = table();
+        trims(&c, "a");
         assert_eq!(rows(&c, "a").len(), 10);
         let st = c.prepare_cached(TRIM).unwrap();
         assert_eq!(st.get_status(rusqlite::StatementStatus::RePrepare), 0);
         // Without the guarantee the same runs recompile it.
         let plain = Connection::open_in_memory().unwrap();
         plain.execute_batch(super::super::sql::SCHEMA).unwrap();
-        for (n, extra) in [(0, 11), (1, 2), (2, 3)] {
-            for i in 0..extra {
-                u.insert(&plain, "b", &format!("{n}-{i}")).unwrap();
-            }
-        }
+        trims(&plain, "b");
         let st = plain.prepare_cached(TRIM).unwrap();
         assert!(st.get_status(rusqlite::StatementStatus::RePrepare) > 0);
     }
